@@ -1,0 +1,12 @@
+"""Digital Human Clone: ComfyUI custom-node pack (voice clone + talking head).
+
+ComfyUI imports this file from custom_nodes/<pack>/; pip installs the same tree as
+`digital_human`. Everything heavy is imported lazily inside the nodes so that importing the
+pack (ComfyUI start-up, `digital-human --help`) stays fast and never fails on a missing
+optional dependency.
+"""
+from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+
+WEB_DIRECTORY = "./js"
+
+__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY"]

@@ -1,0 +1,1 @@
+"""Engine layer: one loader, several backends (TensorRT, torch, ONNX Runtime) behind one runner interface."""

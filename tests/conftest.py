@@ -1,0 +1,31 @@
+"""Make the repository importable as `digital_human` without installing it.
+
+The repository root *is* the package (ComfyUI loads it from custom_nodes/<pack>/), so the
+checkout directory's own name cannot be relied on; register it under the pip name instead.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("DIGITAL_HUMAN_DATA", ROOT.parent / "shared" / "data"))
+
+if "digital_human" not in sys.modules:
+    spec = importlib.util.spec_from_file_location(
+        "digital_human", ROOT / "__init__.py", submodule_search_locations=[str(ROOT)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["digital_human"] = module
+    spec.loader.exec_module(module)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"sample media not found at {DATA_DIR}")
+    return DATA_DIR
