@@ -1,0 +1,194 @@
+"""Engine layer: export parity, runner backends, loader caching, fallback order, TensorRT cache names."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from digital_human.engines import backend_tensorrt, cache_keys, loader as loader_mod
+from digital_human.engines.onnx_export import export_onnx, parity
+from digital_human.engines.runner import Runner, RunnerInfo
+from digital_human.engines.spec import ModelSpec, TensorProfile
+
+
+class TinyNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv1d(4, 8, 3, padding=1)
+        self.lstm = torch.nn.LSTM(8, 8, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x.transpose(1, 2))).transpose(1, 2)
+        out, _ = self.lstm(y)
+        return out[:, -1]
+
+
+@pytest.fixture(scope="module")
+def tiny_spec(tmp_path_factory) -> ModelSpec:
+    path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
+    export_onnx(TinyNet(), [torch.randn(2, 7, 4)], path, ["x"], ["y"], {"x": {0: "batch", 1: "frames"}})
+    return ModelSpec(name="tiny", onnx_path=path, torch_factory=TinyNet,
+                     profiles={"x": TensorProfile((1, 1, 4), (4, 16, 4), (8, 64, 4))})
+
+
+def test_export_parity_is_tight(tiny_spec):
+    x = np.random.default_rng(1).standard_normal((3, 11, 4)).astype(np.float32)
+    report = parity(TinyNet(), tiny_spec.onnx_path, [x], "tiny")
+    print(report)
+    assert report.max_abs_diff < 1e-5
+
+
+def test_onnxruntime_and_torch_cpu_runners_agree(tiny_spec):
+    fresh = loader_mod.EngineLoader()
+    x = np.random.default_rng(2).standard_normal((2, 9, 4)).astype(np.float32)
+    ort_runner = fresh.get(tiny_spec, backend="onnxruntime")
+    torch_runner = fresh.get(tiny_spec, backend="torch")
+    assert ort_runner.backend == "onnxruntime-cpu" and torch_runner.backend == "torch-cpu"
+    a, b = ort_runner({"x": x})["y"], torch_runner({"x": x})["y"]
+    assert a.shape == (2, 8) and np.abs(a - b).max() < 1e-5
+
+
+def test_loader_caches_runner(tiny_spec):
+    fresh = loader_mod.EngineLoader()
+    first = fresh.get(tiny_spec, backend="onnxruntime")
+    second = fresh.get(tiny_spec, backend="onnxruntime")
+    assert first is second and fresh.load_count == 1
+    assert fresh.release() == 1
+    fresh.get(tiny_spec, backend="onnxruntime")
+    assert fresh.load_count == 2
+
+
+def test_missing_input_is_named(tiny_spec):
+    runner = loader_mod.EngineLoader().get(tiny_spec, backend="onnxruntime")
+    with pytest.raises(ValueError, match="missing inputs \\['x'\\]"):
+        runner({})
+
+
+def test_candidate_order():
+    order = loader_mod.candidate_order
+    assert order("auto", True)[:3] == [("tensorrt", "cuda"), ("torch", "cuda"), ("onnxruntime", "cuda")]
+    assert order("auto", False) == [("onnxruntime", "cpu"), ("torch", "cpu")]
+    assert order("tensorrt", False)[0] == ("tensorrt", "cuda")
+    assert order("torch", False) == [("torch", "cpu")]
+    with pytest.raises(ValueError, match="backend must be one of"):
+        order("tflite", False)
+
+
+class _RecordingRunner(Runner):
+    def input_names(self):
+        return ["x"]
+
+    def output_names(self):
+        return ["y"]
+
+    def run(self, feeds):
+        return {"y": np.asarray(feeds["x"]) * 2}
+
+
+def test_auto_falls_back_and_reports_why(tiny_spec):
+    fresh = loader_mod.EngineLoader()
+    fresh._has_cuda = lambda: True
+    attempts = []
+
+    def fake_load(spec, backend, device, precision):
+        attempts.append((backend, device))
+        if device == "cuda":
+            raise RuntimeError(f"{backend} unavailable here")
+        return _RecordingRunner(RunnerInfo(spec.name, f"{backend}-{device}", device, "fp32"))
+
+    fresh._loader = fake_load
+    runner = fresh.get(tiny_spec, backend="auto")
+    assert attempts == [("tensorrt", "cuda"), ("torch", "cuda"), ("onnxruntime", "cuda"), ("onnxruntime", "cpu")]
+    assert runner.backend == "onnxruntime-cpu"
+    assert len(runner.info.fallback_from) == 3 and "tensorrt-cuda" in runner.info.fallback_from[0]
+    assert "fallback after" in runner.info.summary()
+
+
+def test_no_backend_error_lists_every_reason(tiny_spec):
+    fresh = loader_mod.EngineLoader()
+    fresh._has_cuda = lambda: False
+
+    def failing(spec, backend, device, precision):
+        raise RuntimeError(f"no {backend}")
+
+    fresh._loader = failing
+    with pytest.raises(RuntimeError, match="(?s)no backend could load 'tiny'.*no onnxruntime.*no torch"):
+        fresh.get(tiny_spec)
+
+
+def test_real_tensorrt_request_without_tensorrt_falls_back(tiny_spec):
+    # This machine has no TensorRT and no GPU: an explicit request must still give a working runner.
+    runner = loader_mod.EngineLoader().get(tiny_spec, backend="tensorrt")
+    assert runner.backend == "onnxruntime-cpu"
+    assert any("tensorrt" in reason for reason in runner.info.fallback_from)
+
+
+def test_cache_keys_change_with_graph_precision_and_profile(tiny_spec, tmp_path):
+    key = cache_keys.runner_cache_key(tiny_spec, "tensorrt", "cuda", "fp16", "trt10.3")
+    assert key != cache_keys.runner_cache_key(tiny_spec, "tensorrt", "cuda", "fp32", "trt10.3")
+    assert key != cache_keys.runner_cache_key(tiny_spec, "tensorrt", "cuda", "fp16", "trt10.4")
+    other_profile = ModelSpec("tiny", tiny_spec.onnx_path, {"x": TensorProfile((1, 1, 4), (1, 8, 4), (2, 32, 4))})
+    assert key != cache_keys.runner_cache_key(other_profile, "tensorrt", "cuda", "fp16", "trt10.3")
+    copy = tmp_path / "tiny_changed.onnx"
+    copy.write_bytes(tiny_spec.onnx_path.read_bytes() + b"\0")
+    changed = ModelSpec("tiny", copy, tiny_spec.profiles)
+    assert cache_keys.runner_cache_key(changed, "tensorrt", "cuda", "fp16", "trt10.3").split("|")[1] != key.split("|")[1]
+
+
+def test_engine_file_name_carries_version_and_capability(tiny_spec):
+    name = cache_keys.engine_file_name(tiny_spec, "fp16", "10.3.0", "90")
+    assert name.startswith("tiny-") and name.endswith("-fp16-p" + cache_keys.short(tiny_spec.profile_key())
+                                                         + "-trt10.3.0-sm90.engine")
+    assert name != cache_keys.engine_file_name(tiny_spec, "fp16", "10.4.0", "90")
+    assert name != cache_keys.engine_file_name(tiny_spec, "fp16", "10.3.0", "89")
+
+
+def test_profile_validation_and_key():
+    prof = TensorProfile((1, 3), (1, 128), (1, 512))
+    assert prof.contains((1, 200)) and not prof.contains((1, 600)) and prof.key() == "1x3-1x128-1x512"
+    with pytest.raises(ValueError):
+        TensorProfile((1, 10), (1, 5), (1, 20))
+
+
+def test_tensorrt_profile_shapes_are_passed(tiny_spec):
+    calls = []
+    profile = SimpleNamespace(set_shape=lambda name, lo, opt, hi: calls.append((name, lo, opt, hi)))
+    backend_tensorrt.set_profile_shapes(profile, tiny_spec)
+    assert calls == [("x", (1, 1, 4), (4, 16, 4), (8, 64, 4))]
+
+
+def test_tensorrt_rebuilds_when_cached_engine_fails_to_deserialize(tiny_spec, tmp_path, monkeypatch):
+    """The rebuild decision, with TensorRT's runtime replaced by a recorder (TensorRT is not installable here)."""
+    engine_path = tmp_path / "tiny.engine"
+    engine_path.write_bytes(b"stale engine from another TensorRT version")
+    builds = []
+
+    class Runtime:
+        def __init__(self, logger):
+            pass
+
+        def deserialize_cuda_engine(self, data):
+            return None if data.startswith(b"stale") else ("engine", data)
+
+    trt = SimpleNamespace(Runtime=Runtime, Logger=SimpleNamespace(WARNING=2, __call__=None))
+    trt.Logger = type("Logger", (), {"WARNING": 2, "__init__": lambda self, level: None})
+
+    def fake_build(trt_mod, spec, precision, path):
+        builds.append(path)
+        path.write_bytes(b"fresh")
+        return b"fresh"
+
+    monkeypatch.setattr(backend_tensorrt, "build_engine", fake_build)
+    engine, built = backend_tensorrt.load_or_build(trt, tiny_spec, "fp16", engine_path)
+    assert built and engine == ("engine", b"fresh") and builds == [engine_path]
+    engine, built = backend_tensorrt.load_or_build(trt, tiny_spec, "fp16", engine_path)
+    assert not built and len(builds) == 1
+
+
+def test_tensorrt_import_error_says_how_to_install():
+    with pytest.raises(RuntimeError, match="TensorRT is not installed"):
+        backend_tensorrt.import_tensorrt()
