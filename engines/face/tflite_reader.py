@@ -356,36 +356,56 @@ def load_tflite_module(path: Path) -> TfliteModule:
     return TfliteModule(read_tflite(path)).eval()
 
 
+
 def export_onnx(module: nn.Module, input_shape: tuple[int, ...], onnx_path: Path, input_name: str,
-                output_names: list[str], opset: int = 17) -> float:
-    """Export `module` with a dynamic batch axis; return max |ONNX - torch| on a random batch of 2.
+                output_names: list[str]) -> float:
+    """Export with a dynamic batch axis, constant-fold, and return max |ONNX - torch| (batch of 2).
 
-    Uses the TorchScript exporter (dynamo=False): these graphs are plain static CNNs, and it needs
-    no `onnxscript`. The file is written to a temporary name first so a failed export never leaves
-    a half-written model behind.
+    Files are written under temporary names first so a failed export never leaves a half-written
+    model behind.
     """
-    onnx_path = Path(onnx_path)
-    onnx_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = onnx_path.with_name(f".{onnx_path.name}.tmp")
-    example = torch.zeros(input_shape)
-    dynamic = {input_name: {0: "batch"}, **{n: {0: "batch"} for n in output_names}}
-    import warnings
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torch.onnx.export(module, (example,), str(tmp), input_names=[input_name], output_names=output_names,
-                          dynamic_axes=dynamic, opset_version=opset, dynamo=False)
     import onnx
-    onnx.checker.check_model(str(tmp))
-    diff = _onnx_torch_diff(module, tmp, input_shape, input_name)
-    tmp.replace(onnx_path)
-    return diff
+
+    from ..onnx_export import export_onnx as torch_to_onnx
+    from ..onnx_export import parity
+
+    onnx_path = Path(onnx_path)
+    raw = onnx_path.with_name(f".{onnx_path.name}.raw")
+    tidy = onnx_path.with_name(f".{onnx_path.name}.tmp")
+    dynamic = {input_name: {0: "batch"}, **{n: {0: "batch"} for n in output_names}}
+    try:
+        torch_to_onnx(module, (torch.zeros(input_shape),), raw, [input_name], output_names, dynamic)
+        _fold_constants(raw, tidy)
+        onnx.checker.check_model(str(tidy), full_check=True)
+        probe = np.random.default_rng(0).uniform(-1, 1, (2, *input_shape[1:])).astype(np.float32)
+        report = parity(module, tidy, [probe], onnx_path.stem)
+        tidy.replace(onnx_path)
+    finally:
+        raw.unlink(missing_ok=True)
+        tidy.unlink(missing_ok=True)
+    return report.max_abs_diff
 
 
-def _onnx_torch_diff(module: nn.Module, onnx_file: Path, input_shape: tuple[int, ...], input_name: str) -> float:
+def _fold_constants(src: Path, dst: Path) -> None:
+    """Constant-fold the exported graph with ONNX Runtime's *basic* level (standard ops only).
+
+    The TorchScript exporter writes every F.pad as a Shape/Slice/Concat chain; folding leaves one
+    Pad node each and static output shapes, which TensorRT parses more happily. Basic level never
+    introduces com.microsoft contrib ops; the opset imports ORT adds for its own domains are dropped.
+    """
+    import onnx
     import onnxruntime as ort
-    x = np.random.default_rng(0).uniform(-1, 1, (2, *input_shape[1:])).astype(np.float32)
-    sess = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
-    got = sess.run(None, {input_name: x})
-    with torch.no_grad():
-        ref = module(torch.from_numpy(x))
-    return float(max(np.abs(g - r.numpy()).max() for g, r in zip(got, ref)))
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    opts.optimized_model_filepath = str(dst)
+    ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
+    model = onnx.load(str(dst))
+    used = {node.domain for node in model.graph.node}
+    if used - {"", "ai.onnx"}:
+        raise UnsupportedTflite(f"constant folding introduced non-standard ops from {used}")
+    keep = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    del model.opset_import[:]
+    model.opset_import.extend(keep)
+    onnx.save(onnx.shape_inference.infer_shapes(model), str(dst))
+
