@@ -205,6 +205,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
         tmp.write(data)
         tmp_path = Path(tmp.name)
+    tmp_path.chmod(0o644)  # NamedTemporaryFile creates 0600; models are shared, read-only data
     tmp_path.replace(path)
 
 
@@ -263,8 +264,10 @@ def ge2e_model_spec(folder: Path | None = None):
     )
 
 
-# --- runners ---------------------------------------------------------------------------------------
+# --- running ---------------------------------------------------------------------------------------
 def _ort_session(onnx_path: Path):
+    # Parity opens ONNX Runtime directly on purpose: it checks the graph file itself, whatever
+    # backend `auto` would pick.
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -275,21 +278,13 @@ def _ort_session(onnx_path: Path):
     return ort.InferenceSession(str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"])
 
 
-def default_run_fn(backend: str = "auto") -> RunFn:
-    """mels [B, 160, 40] -> embeddings [B, 256] through the engine loader (ORT session if it is absent).
+def default_run_fn(backend: str = "auto", precision: str = "auto") -> RunFn:
+    """mels [B, 160, 40] -> embeddings [B, 256] through the engine loader (the ONE place that
+    decides how the encoder runs; the loader caches the runner, so calling this often is cheap)."""
+    from . import loader
 
-    This is the ONE place that decides how the encoder runs.
-    """
-    spec = ge2e_model_spec()
-    try:
-        from . import loader  # type: ignore[attr-defined]
-    except ImportError:
-        loader = None
-    if loader is not None and hasattr(loader, "get"):
-        runner = loader.get(spec, backend=backend)
-        return lambda mels: np.asarray(runner({"mels": mels})["embedding"], dtype=np.float32)
-    session = _ort_session(spec.onnx_path)
-    return lambda mels: session.run(["embedding"], {"mels": np.ascontiguousarray(mels, np.float32)})[0]
+    runner = loader.get(ge2e_model_spec(), backend=backend, precision=precision, stage="voice")
+    return lambda mels: np.asarray(runner({"mels": mels})["embedding"], dtype=np.float32)
 
 
 def ge2e_parity(n_frames: int = 160, batch: int = 4, folder: Path | None = None, seed: int = 0) -> float:
