@@ -1,3 +1,5 @@
 """Node registry: every node class of the pack, keyed by its ComfyUI type name."""
-NODE_CLASS_MAPPINGS: dict[str, type] = {}
-NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {}
+from . import voice_nodes
+
+NODE_CLASS_MAPPINGS: dict[str, type] = {**voice_nodes.NODE_CLASS_MAPPINGS}
+NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {**voice_nodes.NODE_DISPLAY_NAME_MAPPINGS}

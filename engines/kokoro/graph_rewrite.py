@@ -295,8 +295,8 @@ def _rewrite_fused_matmul(g: _Graph, n: onnx.NodeProto, ranks: dict[str, int]) -
     g.replace(n, nodes, [])
 
 
-def _rewrite_stft(g: _Graph, n: onnx.NodeProto) -> None:
-    """ONNX STFT (real signal [B, L, 1], onesided) as Conv1d over [B, 1, L] with a windowed DFT basis."""
+def _rewrite_stft(g: _Graph, n: onnx.NodeProto, ranks: dict[str, int]) -> None:
+    """ONNX STFT (real signal [B, L, 1] or [B, L], onesided) as Conv1d over [B, 1, L] with a windowed DFT basis."""
     attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
     ins = list(n.input) + [""] * (4 - len(n.input))
     if not attrs.get("onesided", 1) or not ins[2] or not ins[1]:
@@ -311,12 +311,32 @@ def _rewrite_stft(g: _Graph, n: onnx.NodeProto) -> None:
     t = np.arange(n_fft)[None, :]
     ang = 2.0 * np.pi * k * t / n_fft
     basis = np.concatenate([np.cos(ang) * window, -np.sin(ang) * window])  # real rows, then imag rows
+    # The imaginary part of the DC and Nyquist bins of a real signal is exactly 0 in torch.stft, where
+    # Kokoro was trained, so its phase there is atan2(+0, re) = +pi whenever re < 0. The exported
+    # graph computes atan2 as Where(re < 0, Where(im > 0, atan + pi, atan - pi), atan): fed an exact 0
+    # it gives -pi, and ONNX Runtime's own STFT leaves +-1e-7 round-off there, i.e. a random +-pi per
+    # frame (44 % of the generator's phase input differed by 2*pi between two exact-to-1e-6 STFTs).
+    # Zero the round-off in the basis and add a tiny positive imaginary bias on those two bins so the
+    # graph reproduces the training-time +pi; 1e-5 survives FP16 and is far below the signal's scale.
+    basis[np.abs(basis) < 1e-9] = 0.0
+    bias = np.zeros(2 * bins, dtype=np.float32)
+    bias[bins] = 1e-5  # imag, DC
+    if n_fft % 2 == 0:
+        bias[2 * bins - 1] = 1e-5  # imag, Nyquist
     w_name = g.add_init(n.name + "_dft", basis[:, None, :].astype(np.float32))  # [2*bins, 1, n_fft]
+    b_name = g.add_init(n.name + "_dft_bias", bias)
     x_t, conv, re = (g.fresh(n.name + s) for s in ("_x", "_conv", "_re"))
     shape = g.add_init(n.name + "_shape", np.array([0, 2, bins, -1], dtype=np.int64))
+    rank = ranks.get(ins[0])
+    if rank == 3:
+        to_ncl = helper.make_node("Transpose", [ins[0]], [x_t], perm=[0, 2, 1])
+    elif rank == 2:  # ONNX Runtime also accepts a real signal without the trailing 1 (Kokoro's export)
+        to_ncl = helper.make_node("Unsqueeze", [ins[0], g.add_init(n.name + "_ax", np.array([1], np.int64))], [x_t])
+    else:
+        raise GraphRewriteError(f"{n.name}: signal rank {rank} unknown or unsupported")
     nodes = [
-        helper.make_node("Transpose", [ins[0]], [x_t], perm=[0, 2, 1]),
-        helper.make_node("Conv", [x_t, w_name], [conv], strides=[step], kernel_shape=[n_fft]),
+        to_ncl,
+        helper.make_node("Conv", [x_t, w_name, b_name], [conv], strides=[step], kernel_shape=[n_fft]),
         helper.make_node("Reshape", [conv, shape], [re]),
         helper.make_node("Transpose", [re], [n.output[0]], perm=[0, 3, 2, 1]),  # -> [B, frames, bins, 2]
     ]
@@ -359,18 +379,28 @@ def dequantize(model: onnx.ModelProto) -> collections.Counter:
 
 def replace_contrib_ops(model: onnx.ModelProto, use_gelu_op: bool = False, stft_as_conv: bool = True) -> collections.Counter:
     """Rewrite ONNX Runtime contrib ops (and optionally STFT) to default-domain ONNX ops, in place."""
+    # shape inference cannot see through contrib ops, so rewrite the shape-preserving ones first and
+    # infer ranks afterwards for the ops whose rewrite needs them (FusedMatMul transposes, STFT layout)
+    done: collections.Counter = collections.Counter()
+    g = _Graph(model)
+    for n in list(g.nodes):
+        if n.domain != CONTRIB_DOMAIN:
+            continue
+        if n.op_type == "FastGelu":
+            _rewrite_fast_gelu(g, n, use_gelu_op)
+        elif n.op_type == "SkipLayerNormalization":
+            _rewrite_skip_layer_norm(g, n)
+        else:
+            continue
+        done[n.op_type] += 1
+    g.prune()
     ranks = _ranks(model)
     g = _Graph(model)
-    done: collections.Counter = collections.Counter()
     for n in list(g.nodes):
-        if n.op_type == "FastGelu" and n.domain == CONTRIB_DOMAIN:
-            _rewrite_fast_gelu(g, n, use_gelu_op)
-        elif n.op_type == "SkipLayerNormalization" and n.domain == CONTRIB_DOMAIN:
-            _rewrite_skip_layer_norm(g, n)
-        elif n.op_type == "FusedMatMul" and n.domain == CONTRIB_DOMAIN:
+        if n.op_type == "FusedMatMul" and n.domain == CONTRIB_DOMAIN:
             _rewrite_fused_matmul(g, n, ranks)
-        elif n.op_type == "STFT" and stft_as_conv:
-            _rewrite_stft(g, n)
+        elif n.op_type == "STFT" and n.domain in ("", "ai.onnx") and stft_as_conv:
+            _rewrite_stft(g, n, ranks)
         else:
             continue
         done[n.op_type] += 1

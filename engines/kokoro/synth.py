@@ -1,0 +1,127 @@
+"""Kokoro-82M inference: phoneme token ids + style vector + speed -> 24 kHz waveform.
+
+The graph's inputs (read from kokoro-v1.0.int8.onnx): `tokens` int64 [1, N+2], `style` float32
+[1, 256], `speed` float32 [1]; output `audio` float32 [T]. The text frontend turns text into a
+phoneme string; `tokens_from_phonemes` maps it through Kokoro's vocabulary.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..spec import ModelSpec, TensorProfile
+
+MAX_PHONEME_TOKENS = 510  # Kokoro's context is 512 positions, two of them the 0 pads
+STYLE_DIM = 256
+INPUT_NAMES = ("tokens", "style", "speed")
+OUTPUT_NAMES = ("audio",)
+
+RunFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+
+def tokens_from_phonemes(phonemes: str, vocab: Mapping[str, int]) -> list[int]:
+    """Map every phoneme character to its id; unknown characters are an error, not silently dropped."""
+    unknown = sorted({c for c in phonemes if c not in vocab})
+    if unknown:
+        raise ValueError(
+            f"phonemes contain characters outside Kokoro's vocabulary: {unknown!r}; "
+            "the text frontend must map or drop them"
+        )
+    return [vocab[c] for c in phonemes]
+
+
+def style_for(voice: np.ndarray, n_tokens: int) -> np.ndarray:
+    """Style vector [1, 256] for an utterance of `n_tokens` phonemes (pads not counted).
+
+    A Kokoro voice pack holds one style per utterance length (row i is for i+1 phonemes), as the
+    reference implementation indexes it with `pack[len(phonemes) - 1]`.
+    """
+    pack = np.asarray(voice, dtype=np.float32)
+    if pack.ndim == 1:  # a single style vector (e.g. one found by voice imitation)
+        pack = pack[None]
+    pack = pack.reshape(pack.shape[0], -1)
+    if pack.shape[1] != STYLE_DIM:
+        raise ValueError(f"voice must be [rows, {STYLE_DIM}] (or [rows, 1, {STYLE_DIM}]), got {np.shape(voice)}")
+    if n_tokens < 1:
+        raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
+    row = min(n_tokens, pack.shape[0]) - 1
+    return pack[row : row + 1].copy()
+
+
+def kokoro_model_spec(kind: str = "fp32") -> ModelSpec:
+    """ModelSpec for the loader. "fp32": the rewritten float graph (GPU/TensorRT/torch; the int8 graph
+    is offered as the CPU variant); "int8": the shipped graph only (ONNX Runtime CPU)."""
+    from .assets import kokoro_assets
+
+    if kind not in ("int8", "fp32"):
+        raise ValueError(f"kind must be 'int8' or 'fp32', got '{kind}'")
+    assets = kokoro_assets()
+    if kind == "int8":
+        onnx_path, cpu_path = assets.int8_onnx, None
+    else:
+        from .graph_rewrite import float_graph
+
+        onnx_path, cpu_path = float_graph(), assets.int8_onnx
+    n_max = MAX_PHONEME_TOKENS + 2
+    return ModelSpec(
+        name=f"kokoro-82m-{kind}",
+        onnx_path=onnx_path,
+        cpu_onnx_path=cpu_path,
+        profiles={
+            "tokens": TensorProfile(min=(1, 3), opt=(1, 128), max=(1, n_max)),
+            "style": TensorProfile(min=(1, STYLE_DIM), opt=(1, STYLE_DIM), max=(1, STYLE_DIM)),
+            "speed": TensorProfile(min=(1,), opt=(1,), max=(1,)),
+        },
+        # int64 ids never change with precision; speed scales every predicted duration
+        fp32_inputs=("tokens", "speed"),
+        input_names=INPUT_NAMES,
+        output_names=OUTPUT_NAMES,
+    )
+
+
+def model_inputs(token_ids: list[int], style: np.ndarray, speed: float) -> dict[str, np.ndarray]:
+    """Validated graph feeds: tokens padded with 0 at both ends, as Kokoro was trained."""
+    ids = [int(t) for t in token_ids]
+    if not ids:
+        raise ValueError("token_ids is empty: nothing to synthesize")
+    if len(ids) > MAX_PHONEME_TOKENS:
+        raise ValueError(
+            f"token_ids has {len(ids)} phoneme tokens; Kokoro takes at most {MAX_PHONEME_TOKENS} per call - "
+            "split the text into shorter chunks (sentences) first"
+        )
+    if min(ids) < 0:
+        raise ValueError("token_ids must be non-negative vocabulary ids")
+    style = np.asarray(style, dtype=np.float32).reshape(1, -1)
+    if style.shape[1] != STYLE_DIM:
+        raise ValueError(f"style must have {STYLE_DIM} values, got {style.shape[1]} (use style_for(voice, n))")
+    if not (0.25 <= float(speed) <= 4.0):  # beyond this the duration predictor output is meaningless
+        raise ValueError(f"speed must be within 0.25..4.0, got {speed}")
+    return {
+        "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
+        "style": np.ascontiguousarray(style),
+        "speed": np.array([speed], dtype=np.float32),
+    }
+
+
+def synthesize(token_ids: list[int], style: np.ndarray, speed: float, run_fn: RunFn) -> np.ndarray:
+    """Float32 mono waveform at 24 kHz. `run_fn` is a loader runner (or any feeds -> outputs callable)."""
+    out = run_fn(model_inputs(token_ids, style, speed))
+    audio = out["audio"] if isinstance(out, Mapping) else out[0]
+    return np.asarray(audio, dtype=np.float32).reshape(-1)
+
+
+def ort_cpu_runner(onnx_path, threads: int = 2) -> RunFn:
+    """Direct ONNX Runtime CPU session (tests/benchmarks; the pack itself goes through engines.loader)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+
+    def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(names, session.run(None, dict(feeds))))
+
+    return run

@@ -1,0 +1,322 @@
+"""Voice chain nodes: LoadReferenceAudio -> ExtractSpeakerEmbedding -> TRT_TTS (+ LoadSpeaker).
+
+Each node is a thin recipe over the pack's modules (audio/, voice/, text/, engines/), so the CLI runs
+exactly the same code and a later move to ComfyUI's V3 schema only touches this file.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .comfy_glue import Progress, list_input_files, resolve_input_file, temp_directory
+
+log = logging.getLogger("digital_human")
+
+CATEGORY = "DigitalHuman"
+AUDIO_EXTENSIONS = (".wav", ".mp3", ".m4a", ".aac", ".flac", ".ogg", ".opus", ".webm", ".mp4")
+BACKENDS = ["auto", "tensorrt", "torch", "onnxruntime"]
+PRECISIONS = ["auto", "fp16", "fp32"]
+SPEAKER_DIR = "speakers"
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class LoadReferenceAudio:
+    """Reference voice clip: decode, mono, trim, -1 dBFS, 3-10 s speech segments."""
+
+    DESCRIPTION = ("Load a clip of the voice to clone (wav/mp3/m4a/flac/ogg) from ComfyUI's input folder, "
+                   "or take an AUDIO input. Cleans it and finds the speech segments the speaker encoder needs.")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        files = list_input_files(AUDIO_EXTENSIONS)
+        return {
+            "required": {
+                "audio_file": (files or [""], {"audio_upload": True,
+                                               "tooltip": "A clip with 3 s to 10 min of one person speaking."}),
+                "max_seconds": ("FLOAT", {"default": 600.0, "min": 5.0, "max": 3600.0, "step": 5.0,
+                                          "tooltip": "Longer clips are cut to this length (with a warning)."}),
+            },
+            "optional": {"audio": ("AUDIO", {"tooltip": "Use this audio instead of the file."})},
+        }
+
+    RETURN_TYPES = ("AUDIO", "STRING")
+    RETURN_NAMES = ("reference", "report")
+    FUNCTION = "load"
+    CATEGORY = CATEGORY
+
+    @classmethod
+    def IS_CHANGED(cls, audio_file: str = "", max_seconds: float = 600.0, audio: Any = None) -> str:
+        try:
+            return _file_digest(resolve_input_file(audio_file, "audio_file")) + f"|{max_seconds}"
+        except (ValueError, OSError):
+            return f"{audio_file}|{max_seconds}"
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, audio_file: str = "", **_: Any) -> bool | str:
+        # The file list is built at start-up; accept uploads made since, but confine names to input/.
+        if not audio_file:
+            return True  # may be fed by the optional AUDIO input; load() says what is missing
+        try:
+            resolve_input_file(audio_file, "audio_file")
+        except (ValueError, FileNotFoundError) as exc:
+            return str(exc)
+        return True
+
+    def load(self, audio_file: str = "", max_seconds: float = 600.0, audio: dict | None = None):
+        from ..audio import from_comfy_audio, load_reference, prepare_reference, to_comfy_audio
+
+        if audio is not None:
+            wave, rate = from_comfy_audio(audio)
+            prepared = prepare_reference(wave, rate, source="AUDIO input", max_seconds=max_seconds)
+        else:
+            prepared = load_reference(resolve_input_file(audio_file, "audio_file"), max_seconds=max_seconds)
+        for warning in prepared.warnings:
+            log.warning("LoadReferenceAudio: %s", warning)
+        out = to_comfy_audio(prepared.waveform, prepared.sample_rate)
+        out["dh_prepared"] = prepared  # segments etc. for ExtractSpeakerEmbedding; core nodes ignore it
+        report = (f"{prepared.source}: {prepared.speech_seconds:.1f} s of speech in "
+                  f"{prepared.duration_seconds:.1f} s, {len(prepared.segments)} segments")
+        if prepared.warnings:
+            report += "\nwarnings: " + "; ".join(prepared.warnings)
+        return (out, report)
+
+
+class ExtractSpeakerEmbedding:
+    """GE2E embedding of the reference + a Kokoro voice fitted to it (cached by audio content)."""
+
+    DESCRIPTION = ("Speaker embedding (GE2E, from resemblyzer's Apache-2.0 weights) of the reference voice, "
+                   "and a TTS voice fitted to it by a timbre search. Cached by audio content in memory and on disk.")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "reference": ("AUDIO",),
+                "imitate": ("BOOLEAN", {"default": True, "tooltip": "Fit a TTS voice to this speaker "
+                                        "(about 24 short syntheses, once per clip; cached)."}),
+                "search_budget": ("INT", {"default": 24, "min": 5, "max": 200,
+                                          "tooltip": "Syntheses the voice search may use."}),
+                "seed": ("INT", {"default": 0, "min": 0, "max": 2**31 - 1}),
+                "backend": (BACKENDS, {"default": "auto"}),
+            },
+            "optional": {
+                "reference_text": ("STRING", {"multiline": True, "default": "",
+                                              "tooltip": "Transcript of the clip (optional; picks the "
+                                                         "language of the voice search)."}),
+                "save_name": ("STRING", {"default": "", "tooltip": "Save the speaker as models/digital_human/"
+                                         "speakers/<name>.npz for LoadSpeaker."}),
+            },
+        }
+
+    RETURN_TYPES = ("DH_SPEAKER", "STRING")
+    RETURN_NAMES = ("speaker", "report")
+    FUNCTION = "extract_node"
+    CATEGORY = CATEGORY
+
+    def extract_node(self, reference: dict, imitate: bool = True, search_budget: int = 24, seed: int = 0,
+                     backend: str = "auto", reference_text: str = "", save_name: str = ""):
+        speaker, report = self.extract(reference, backend=backend, reference_text=reference_text,
+                                       imitate=imitate, budget=search_budget, seed=seed, save_name=save_name)
+        return (speaker, report["text"])
+
+    def extract(self, reference: dict, backend: str = "auto", reference_text: str = "", imitate: bool = True,
+                budget: int = 24, seed: int = 0, name: str = "", save_name: str = "") -> tuple[Any, dict]:
+        from ..audio import from_comfy_audio, prepare_reference
+        from ..engines import speaker_encoder as se
+        from ..paths import model_dir, resolve_inside
+        from ..voice.clone import fit_voice, has_fitted_voice
+        from ..voice.embedding_cache import default_cache
+        from ..voice.speaker import extract_speaker_profile
+
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+        prepared = reference.get("dh_prepared") if isinstance(reference, dict) else None
+        if prepared is None:  # e.g. core LoadAudio: clean it the same way
+            wave, rate = from_comfy_audio(reference)
+            prepared = prepare_reference(wave, rate, source="AUDIO input")
+        timings["prepare"] = time.perf_counter() - start
+        start = time.perf_counter()
+        run_fn = se.default_run_fn(backend=backend)
+        speaker = extract_speaker_profile(prepared, run_fn=run_fn, name=name, reference_text=reference_text)
+        timings["embed"] = time.perf_counter() - start
+        encoder_backend = _loaded_backend("ge2e")
+        lines = [speaker.summary()]
+        if imitate and not has_fitted_voice(speaker, budget, seed, "auto"):
+            start = time.perf_counter()
+            progress = Progress(budget, "voice search")
+            speaker, result = fit_voice(speaker, budget=budget, seed=seed, backend=backend,
+                                        progress=lambda done, total: progress.update(1))
+            default_cache().put(speaker)  # next run of the same clip skips the search
+            timings["voice_search"] = time.perf_counter() - start
+            lines.append(f"voice: {result.base_voice} similarity {result.base_similarity:.3f} -> imitated "
+                         f"{result.similarity:.3f} ({result.evaluations} syntheses)")
+        elif imitate:
+            lines.append("voice: fitted voice reused from cache")
+        if save_name:
+            target = resolve_inside(f"{save_name}.npz", model_dir(SPEAKER_DIR), what="save_name")
+            speaker.save_npz(target)
+            lines.append(f"saved {target.name}")
+        lines.append(f"encoder: {encoder_backend}")
+        lines.extend(f"warning: {w}" for w in speaker.warnings)
+        return speaker, {"text": "\n".join(lines), "backend": encoder_backend, "timings": timings}
+
+
+class LoadSpeaker:
+    """A speaker saved by ExtractSpeakerEmbedding (models/digital_human/speakers/*.npz)."""
+
+    DESCRIPTION = "Reload a saved voice (.npz written by ExtractSpeakerEmbedding's save_name)."
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        from ..paths import model_dir
+
+        names = sorted(p.name for p in model_dir(SPEAKER_DIR).glob("*.npz"))
+        return {"required": {"speaker_file": (names or [""],)}}
+
+    RETURN_TYPES = ("DH_SPEAKER", "STRING")
+    RETURN_NAMES = ("speaker", "report")
+    FUNCTION = "load"
+    CATEGORY = CATEGORY
+
+    def load(self, speaker_file: str):
+        from ..paths import model_dir, resolve_inside
+        from ..voice.speaker import SpeakerProfile
+
+        if not speaker_file:
+            raise ValueError("speaker_file: no saved speaker yet; run ExtractSpeakerEmbedding with a save_name")
+        path = resolve_inside(speaker_file, model_dir(SPEAKER_DIR), what="speaker_file")
+        speaker = SpeakerProfile.load_npz(path)
+        return (speaker, speaker.summary())
+
+
+class TRT_TTS:
+    """Text -> speech in the speaker's voice (Kokoro-82M through the engine layer)."""
+
+    DESCRIPTION = ("Speak any English or Mandarin text in the cloned voice. Numbers, dates, money and units "
+                   "are read out; long text is split at sentences. Runs on TensorRT / torch CUDA / ONNX Runtime.")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "text": ("STRING", {"multiline": True, "default": "Hello! This is my digital twin speaking."}),
+                "language": (["auto", "en", "zh"], {"default": "auto"}),
+                "speed": ("FLOAT", {"default": 1.0, "min": 0.5, "max": 2.0, "step": 0.05}),
+                "seed": ("INT", {"default": 0, "min": 0, "max": 2**31 - 1,
+                                 "tooltip": "Kokoro is deterministic; change to force a re-run."}),
+                "imitation_strength": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 1.0, "step": 0.05,
+                                                 "tooltip": "0 = nearest bundled voice, 1 = fitted voice."}),
+                "base_voice": (["auto", "jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"],
+                               {"default": "auto"}),
+                "backend": (BACKENDS, {"default": "auto"}),
+                "precision": (PRECISIONS, {"default": "auto"}),
+            },
+            "optional": {"speaker": ("DH_SPEAKER",)},
+        }
+
+    RETURN_TYPES = ("AUDIO", "STRING")
+    RETURN_NAMES = ("speech", "report")
+    FUNCTION = "speak"
+    CATEGORY = CATEGORY
+
+    def speak(self, text: str, language: str = "auto", speed: float = 1.0, seed: int = 0,
+              imitation_strength: float = 1.0, base_voice: str = "auto", backend: str = "auto",
+              precision: str = "auto", speaker: Any = None):
+        from ..audio import to_comfy_audio
+
+        result = self._synthesize(text, speaker, language, speed, imitation_strength, base_voice, backend, precision)
+        report = self._report(result)
+        ui = {"audio": [_save_preview(result.waveform, result.sample_rate)], "text": [report]}
+        return {"ui": ui, "result": (to_comfy_audio(result.waveform, result.sample_rate), report)}
+
+    def synthesize_to_file(self, text: str, speaker: Any, out_path: Path, language: str = "auto",
+                           speed: float = 1.0, seed: int = 0, backend: str = "auto",
+                           voice: str = "auto", imitation_strength: float = 1.0) -> dict[str, Any]:
+        """CLI entry: same synthesis, written atomically to a WAV file."""
+        start = time.perf_counter()
+        result = self._synthesize(text, speaker, language, speed, imitation_strength, voice, backend, "auto")
+        elapsed = time.perf_counter() - start
+        path = _write_wav_atomic(Path(out_path), result.waveform, result.sample_rate)
+        return {"path": path, "backend": result.backend, "timings": result.timings, "warnings": result.warnings,
+                "audio_seconds": round(result.audio_seconds, 3), "rtf": round(elapsed / result.audio_seconds, 4),
+                "voice": result.voice}
+
+    def _synthesize(self, text, speaker, language, speed, strength, base_voice, backend, precision):
+        from ..voice.tts import synthesize_speech
+
+        progress: Progress | None = None
+
+        def report_progress(done: int, total: int) -> None:
+            nonlocal progress
+            progress = progress or Progress(total, "TTS")
+            progress.update(1)
+
+        return synthesize_speech(text, speaker, language=language, speed=speed, backend=backend,
+                                 precision=precision, base_voice=base_voice, imitation_strength=strength,
+                                 progress=report_progress)
+
+    @staticmethod
+    def _report(result: Any) -> str:
+        synth = result.timings.get("synthesis", 0.0)
+        lines = [f"{result.audio_seconds:.2f} s of speech, voice {result.voice}",
+                 f"backend {result.backend} ({result.precision}); synthesis {synth:.2f} s, "
+                 f"RTF {synth / max(result.audio_seconds, 1e-9):.3f}; {result.chunks} chunk(s)"]
+        lines.extend(f"warning: {w}" for w in result.warnings)
+        return "\n".join(lines)
+
+
+def _loaded_backend(model_prefix: str) -> str:
+    from ..engines import loader
+
+    for summary in reversed(loader.loader().loaded()):
+        if summary.startswith(model_prefix):
+            return summary
+    return "unknown"
+
+
+def _write_wav_atomic(path: Path, wave: np.ndarray, rate: int) -> Path:
+    import soundfile as sf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        sf.write(str(tmp), wave, rate, subtype="PCM_16", format="WAV")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _save_preview(wave: np.ndarray, rate: int) -> dict[str, str]:
+    """Write a preview file into ComfyUI's temp folder; return the UI descriptor the audio widget plays."""
+    folder = temp_directory()
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"dh_tts_{hashlib.sha1(wave.tobytes()).hexdigest()[:16]}.wav"
+    _write_wav_atomic(folder / name, wave, rate)
+    return {"filename": name, "subfolder": "", "type": "temp"}
+
+
+NODE_CLASS_MAPPINGS = {
+    "LoadReferenceAudio": LoadReferenceAudio,
+    "ExtractSpeakerEmbedding": ExtractSpeakerEmbedding,
+    "DH_LoadSpeaker": LoadSpeaker,
+    "TRT_TTS": TRT_TTS,
+}
+NODE_DISPLAY_NAME_MAPPINGS = {
+    "LoadReferenceAudio": "Load Reference Audio (Digital Human)",
+    "ExtractSpeakerEmbedding": "Extract Speaker Embedding",
+    "DH_LoadSpeaker": "Load Saved Speaker",
+    "TRT_TTS": "TTS in Cloned Voice (TensorRT)",
+}

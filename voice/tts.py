@@ -1,0 +1,121 @@
+"""Text -> speech in a speaker's voice: the pipeline behind TRT_TTS.
+
+text frontend (normalise, chunk at sentences, G2P) -> Kokoro-82M through the engine loader, one call
+per chunk -> chunks joined with natural pauses. The voice is a Kokoro voice pack: the imitated one
+stored on the speaker (see voice/clone.py) or a bundled voice.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..engines import loader
+from ..engines.kokoro.assets import kokoro_assets
+from ..engines.kokoro.synth import kokoro_model_spec, style_for, synthesize
+from ..text import phonemize
+from ..text.tokens import tokenize
+from .imitation import apply_offset
+from .speaker import SpeakerProfile
+
+SAMPLE_RATE = 24000
+DEFAULT_VOICE = "jm_kumo"  # of the five bundled (Japanese) voices it speaks English most clearly
+EDGE_FADE_S = 0.005  # tiny fades so joined chunks never click
+
+KEY_BASE_VOICE = "imitation_base_voice"
+KEY_OFFSET = "imitation_timbre_offset"
+KEY_SCORES = "imitation_voice_scores"
+
+
+@dataclass
+class SpeechResult:
+    waveform: np.ndarray  # float32 mono
+    sample_rate: int
+    backend: str
+    precision: str
+    voice: str
+    chunks: int
+    timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def audio_seconds(self) -> float:
+        return len(self.waveform) / self.sample_rate
+
+
+def bundled_voices() -> dict[str, np.ndarray]:
+    return dict(kokoro_assets().voices)
+
+
+def voice_pack_for(speaker: SpeakerProfile | None, base_voice: str = "auto",
+                   strength: float = 1.0) -> tuple[np.ndarray, str]:
+    """(voice pack [rows,1,256], label). Imitated voice when the speaker carries one, else a bundled voice."""
+    voices = bundled_voices()
+    if base_voice != "auto" and base_voice not in voices:
+        raise ValueError(f"base voice '{base_voice}' is not bundled; choose auto or one of {sorted(voices)}")
+    imitated_base = str(speaker.extras[KEY_BASE_VOICE]) if speaker and KEY_BASE_VOICE in speaker.extras else None
+    if imitated_base and base_voice in ("auto", imitated_base):
+        offset = np.asarray(speaker.extras[KEY_OFFSET], np.float32)
+        pack = apply_offset(voices[imitated_base], offset * float(np.clip(strength, 0.0, 1.0)))
+        return pack, f"{speaker.name or 'speaker'} (imitated from {imitated_base}, strength {strength:.2f})"
+    if base_voice == "auto" and speaker is not None and KEY_SCORES in speaker.extras:
+        scores = dict(zip(voices, np.asarray(speaker.extras[KEY_SCORES]).tolist()))
+        base_voice = max(scores, key=scores.get)
+    name = DEFAULT_VOICE if base_voice == "auto" else base_voice
+    return voices[name], name
+
+
+def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, language: str = "auto",
+                      speed: float = 1.0, backend: str = "auto", precision: str = "auto",
+                      base_voice: str = "auto", imitation_strength: float = 1.0,
+                      voice_pack: np.ndarray | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> SpeechResult:
+    """Synthesize `text`; raises the text frontend's clear errors for empty/unspeakable/unsupported text."""
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    chunks = phonemize(text, language)
+    timings["frontend"] = time.perf_counter() - start
+    if voice_pack is None:
+        pack, label = voice_pack_for(speaker, base_voice, imitation_strength)
+    else:
+        pack, label = np.asarray(voice_pack, np.float32), "custom"
+    start = time.perf_counter()
+    runner = loader.get(kokoro_model_spec("fp32"), backend=backend, precision=precision, stage="voice")
+    timings["load"] = time.perf_counter() - start
+    vocab = kokoro_assets().vocab
+    warnings: list[str] = list(runner.info.fallback_from and [f"backend fallback: {runner.info.summary()}"] or [])
+    pieces: list[np.ndarray] = []
+    start = time.perf_counter()
+    for index, chunk in enumerate(chunks):
+        if chunk.unknown:
+            warnings.append(f"skipped characters the voice cannot say: {''.join(sorted(set(chunk.unknown)))}")
+        dropped: list[str] = []
+        ids = tokenize(chunk.phonemes, vocab, dropped=dropped)
+        if ids:
+            wave = synthesize(ids, style_for(pack, len(ids)), speed, runner)
+            pieces.append(_fade(wave))
+        pieces.append(np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32))
+        if progress:
+            progress(index + 1, len(chunks))
+    timings["synthesis"] = time.perf_counter() - start
+    waveform = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+    if waveform.size == 0 or not np.any(waveform):
+        raise ValueError("the text produced no speech; check that it contains words in English or Mandarin")
+    peak = float(np.abs(waveform).max())
+    if peak > 0.99:  # Kokoro rarely overshoots; never hand clipped audio downstream
+        waveform = waveform * (0.99 / peak)
+    return SpeechResult(waveform=waveform.astype(np.float32), sample_rate=SAMPLE_RATE, backend=runner.backend,
+                        precision=runner.precision, voice=label, chunks=len(chunks), timings=timings,
+                        warnings=list(dict.fromkeys(warnings)))
+
+
+def _fade(wave: np.ndarray) -> np.ndarray:
+    n = min(len(wave) // 2, int(EDGE_FADE_S * SAMPLE_RATE))
+    if n > 0:
+        ramp = np.linspace(0.0, 1.0, n, dtype=np.float32)
+        wave = wave.copy()
+        wave[:n] *= ramp
+        wave[-n:] *= ramp[::-1]
+    return wave
