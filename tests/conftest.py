@@ -29,3 +29,23 @@ def data_dir() -> Path:
     if not DATA_DIR.is_dir():
         pytest.skip(f"sample media not found at {DATA_DIR}")
     return DATA_DIR
+
+
+def _models_ready() -> str | None:
+    """None when the setup step's files exist, else the reason they don't."""
+    from digital_human.paths import models_root
+
+    root = models_root()
+    needed = [root / "speaker_encoder" / "ge2e.onnx", root / "kokoro" / "kokoro-v1.0.int8.onnx"]
+    missing = [str(p) for p in needed if not p.is_file()]
+    return f"models missing ({', '.join(missing)}); run `python -m digital_human setup`" if missing else None
+
+
+@pytest.fixture(scope="session")
+def voice_models() -> None:
+    """Skip (or, in CI with DIGITAL_HUMAN_REQUIRE_MODELS=1, fail) when the voice models are not set up."""
+    reason = _models_ready()
+    if reason:
+        if os.environ.get("DIGITAL_HUMAN_REQUIRE_MODELS") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
