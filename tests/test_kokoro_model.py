@@ -170,3 +170,9 @@ def test_model_spec_profiles(assets):
     assert spec.io_names() == (("tokens", "style", "speed"), ("audio",))
     with pytest.raises(ValueError, match="int8"):
         synth.kokoro_model_spec("fp8")
+
+
+def test_float_spec_prefers_int8_on_cpu(assets, float_path):
+    spec = synth.kokoro_model_spec("fp32")
+    assert spec.onnx_path == float_path and spec.cpu_onnx_path == assets.int8_onnx
+    assert spec.torch_factory is not None and spec.fp32_inputs == ("tokens", "speed")

@@ -61,6 +61,7 @@ def kokoro_model_spec(kind: str = "fp32") -> ModelSpec:
         onnx_path, cpu_path = assets.int8_onnx, None
     else:
         from .graph_rewrite import float_graph
+        from .torch_port import kokoro_torch_module
 
         onnx_path, cpu_path = float_graph(), assets.int8_onnx
     n_max = MAX_PHONEME_TOKENS + 2
@@ -75,6 +76,8 @@ def kokoro_model_spec(kind: str = "fp32") -> ModelSpec:
         },
         # int64 ids never change with precision; speed scales every predicted duration
         fp32_inputs=("tokens", "speed"),
+        # plain onnx2torch.convert stops at opset ~17; this adds the opset-20 converters Kokoro needs
+        torch_factory=kokoro_torch_module if kind == "fp32" else None,
         input_names=INPUT_NAMES,
         output_names=OUTPUT_NAMES,
     )

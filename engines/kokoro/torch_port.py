@@ -84,14 +84,13 @@ def _check_defaults(model: Any) -> None:
             raise RuntimeError(f"torch port: {n.op_type} node '{n.name}' uses an opset-18+ feature onnx2torch lacks")
 
 
-def _register_converters(onnx2torch: Any) -> None:
+def _register_converters() -> None:
     global _registered
     if _registered:
         return
-    import torch
     from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes
     from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter
-    from onnx2torch.utils.common import OnnxMapping, OperationConverterResult, get_const_value, onnx_mapping_from_node
+    from onnx2torch.utils.common import OnnxMapping, OperationConverterResult, get_const_value
 
     for (op, new), old in _ALIASES.items():
         key = OperationDescription(domain="", operation_type=op, version=new)
@@ -187,7 +186,7 @@ def torch_module_from_onnx(path: str | Path) -> Any:
     import onnx
 
     onnx2torch = _import_onnx2torch()
-    _register_converters(onnx2torch)
+    _register_converters()
     model = onnx.load(str(path))
     _check_defaults(model)
     for n in model.graph.node:  # onnx2torch reads a trailing "" (omitted optional input) as a name
