@@ -73,8 +73,9 @@ class TorchRunner(Runner):
         self._inputs, self._outputs = spec.io_names()
         self._fp32_inputs = set(spec.fp32_inputs)
         self._device = torch.device(info.device)
-        self._half = info.precision == "fp16"
-        self._use_graphs = use_cuda_graphs and self._device.type == "cuda"
+        self._half = info.precision == "fp16" and spec.fp16_mode == "half"
+        self._autocast = info.precision == "fp16" and spec.fp16_mode == "autocast"
+        self._use_graphs = use_cuda_graphs and spec.cuda_graphs and self._device.type == "cuda"
         self._graphs: dict[tuple, _CapturedGraph] = {}
 
     def input_names(self) -> list[str]:
@@ -95,7 +96,8 @@ class TorchRunner(Runner):
     def run_torch(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Like run() but returns device tensors, so a next GPU stage can consume them without a copy."""
         inputs = [self._to_device(name, feeds[name]) for name in self._inputs]
-        with self.torch.inference_mode():
+        autocast = self.torch.autocast(device_type="cuda", dtype=self.torch.float16, enabled=self._autocast)
+        with self.torch.inference_mode(), autocast:
             if self._use_graphs:
                 signature = tuple((tuple(t.shape), t.dtype) for t in inputs)
                 graph = self._graphs.get(signature)
@@ -133,11 +135,13 @@ def load(spec: ModelSpec, device: str, precision: str, use_cuda_graphs: bool = T
     if device == "cpu":
         resolved = "fp32"
     module = build_module(spec).eval().to(device)
-    if resolved == "fp16":
+    if resolved == "fp16" and spec.fp16_mode == "half":
         module = module.half()
     info = RunnerInfo(model=spec.name, backend=f"torch-{device}", device=device, precision=resolved)
     runner = TorchRunner(module, spec, info, use_cuda_graphs=use_cuda_graphs)
     info.load_seconds = time.perf_counter() - start
     if runner._use_graphs:
         info.notes.append("CUDA graphs per input shape")
+    if runner._autocast:
+        info.notes.append("FP16 autocast (FP32 weights)")
     return runner

@@ -48,6 +48,13 @@ class ModelSpec:
     # Inputs the torch/TensorRT backends must keep in FP32 even at FP16 precision (e.g. integer
     # token ids never change; a `speed` scalar would lose precision).
     fp32_inputs: tuple[str, ...] = ()
+    # FP16 on the torch backend: "half" converts the weights (fastest, for plain CNN/RNN stacks);
+    # "autocast" keeps FP32 weights and runs matmul/conv in FP16, for graphs with precision-critical
+    # parts (Kokoro's sine source is a running phase sum that FP16 would wreck).
+    fp16_mode: str = "half"
+    # CUDA graphs need static shapes and no host syncs; graphs with data-dependent output sizes
+    # (a TTS waveform) must turn them off.
+    cuda_graphs: bool = True
     # Graph input/output names in order; read from the ONNX file when left empty.
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()

@@ -72,12 +72,15 @@ def test_tokenize_drops_and_reports(vocab):
     assert dropped == ["☃"] and len(ids) == 5 and ids[0] == vocab["h"]
 
 
-def test_missing_vocab_package_named(monkeypatch):
+def test_missing_vocab_says_run_setup(monkeypatch, tmp_path):
+    from digital_human.engines.kokoro import assets
     from digital_human.text import tokens
-    monkeypatch.setattr(tokens, "VOCAB_PACKAGE", "no_such_kokoro_pkg")
+
+    monkeypatch.setenv("DIGITAL_HUMAN_MODELS", str(tmp_path))
+    monkeypatch.setattr(assets, "DATA_PACKAGE", "no-such-kokoro-pkg")
     tokens._cached_vocab.cache_clear()
     try:
-        with pytest.raises(ImportError, match="no_such_kokoro_pkg"):
+        with pytest.raises(assets.KokoroAssetError, match="digital_human setup"):
             tokens.load_vocab()
     finally:
         monkeypatch.undo()

