@@ -193,7 +193,22 @@ def torch_module_from_onnx(path: str | Path) -> Any:
         while n.input and not n.input[-1]:
             n.input.pop()
     module = onnx2torch.convert(model)
+    _make_autocast_safe(module)
     return module.eval()
+
+
+def _make_autocast_safe(module: Any) -> None:
+    """Under FP16 autocast a convolution's output is half while ONNX-side constants stay float;
+    index_put (ScatterND) refuses mixed dtypes where ONNX has one type, so align them to the
+    destination. Other ops promote types on their own."""
+    for sub in module.modules():
+        if type(sub).__name__ == "OnnxScatterND":
+            original = sub.forward
+
+            def forward(data: Any, indices: Any, updates: Any, _orig: Any = original) -> Any:
+                return _orig(data, indices, updates.to(data.dtype))
+
+            sub.forward = forward
 
 
 def kokoro_torch_module() -> Any:

@@ -1,0 +1,129 @@
+"""DH_FACES: the aligned-face track that FaceAlign hands to TRT_TalkingHead and TrainAvatar.
+
+Coordinate convention (shared with engines/face/detect.py): continuous pixel coordinates, pixel
+(i, j) covers [j, j+1) x [i, i+1), so its centre is (j + 0.5, i + 0.5). Landmarks, boxes and the
+2x3 affines all use it; `vision.align.warp_image` converts to OpenCV's centre-at-integer convention.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+NPZ_VERSION = 1
+
+
+class NoFaceError(ValueError):
+    """No usable face anywhere in the input."""
+
+
+def invert_affines(affines: np.ndarray) -> np.ndarray:
+    """Inverse of [..., 2, 3] affine maps (crop -> source for a source -> crop map)."""
+    a = np.asarray(affines, np.float64)
+    lin = a[..., :2]
+    inv_lin = np.linalg.inv(lin)
+    inv_t = -np.einsum("...ij,...j->...i", inv_lin, a[..., 2])
+    return np.concatenate([inv_lin, inv_t[..., None]], axis=-1)
+
+
+def apply_affines(points: np.ndarray, affines: np.ndarray) -> np.ndarray:
+    """Map [..., K, 2] points through [..., 2, 3] affines (one affine per leading index)."""
+    a = np.asarray(affines, np.float64)
+    p = np.asarray(points, np.float64)
+    return np.einsum("...ij,...kj->...ki", a[..., :2], p) + a[..., None, :, 2]
+
+
+@dataclass
+class FaceTrack:
+    """One face followed through a photo (N = 1) or the frames of a video.
+
+    frames: uint8 [N, H, W, 3] source frames; crops: uint8 [N, S, S, 3] aligned crops.
+    found[t] is False where no face was accepted on frame t; such frames keep a transform and
+    landmarks interpolated from their neighbours (counted in `interpolated_count`).
+    boxes [N, 4] x0, y0, x1, y1 of the landmarks (source px); landmarks [N, 468, 3] source px
+    (z scaled like x); affines [N, 2, 3] source -> crop; presence [N] mesh face-presence score.
+    """
+
+    frames: np.ndarray
+    fps: float
+    crop_size: int
+    found: np.ndarray
+    boxes: np.ndarray
+    landmarks: np.ndarray
+    affines: np.ndarray
+    presence: np.ndarray
+    crops: np.ndarray
+    interpolated_count: int = 0
+    warnings: list[str] = field(default_factory=list)
+    face_index: int = 0
+    expand: float = 0.35
+    scene_cuts: list[int] = field(default_factory=list)
+    max_faces_seen: int = 1
+
+    def __post_init__(self) -> None:
+        n = len(self.frames)
+        for name in ("found", "boxes", "landmarks", "affines", "presence", "crops"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"FaceTrack.{name} has {len(getattr(self, name))} entries for {n} frames")
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def crop_landmarks(self) -> np.ndarray:
+        """[N, 468, 2] landmarks in crop pixels."""
+        return apply_affines(self.landmarks[..., :2], self.affines).astype(np.float32)
+
+    def inverse_affines(self) -> np.ndarray:
+        """[N, 2, 3] crop -> source maps (what paste-back warps with)."""
+        return invert_affines(self.affines)
+
+    def summary(self) -> str:
+        n = len(self)
+        h, w = self.frames.shape[1:3]
+        found = int(np.count_nonzero(self.found))
+        kind = "photo" if n == 1 else f"{n} frames @ {self.fps:g} fps"
+        size = np.median(self.boxes[self.found, 3] - self.boxes[self.found, 1]) if found else float("nan")
+        lines = [f"{kind}, {w}x{h}: face found in {found}/{n} ({100.0 * found / max(n, 1):.1f}%), "
+                 f"{self.interpolated_count} interpolated; crop {self.crop_size}px, expand {self.expand:g}, "
+                 f"face_index {self.face_index}; face height ~{size:.0f}px; up to {self.max_faces_seen} face(s) seen"]
+        if self.scene_cuts:
+            lines.append(f"scene cuts at frames {self.scene_cuts}")
+        lines += [f"warning: {w_}" for w_ in self.warnings]
+        return "\n".join(lines)
+
+    # --- persistence: plain arrays only, loadable with allow_pickle=False ----------------------
+    def save_npz(self, path: str | Path, include_frames: bool = True) -> Path:
+        path = Path(path)
+        arrays = {
+            "version": np.array(NPZ_VERSION), "fps": np.array(float(self.fps)),
+            "crop_size": np.array(int(self.crop_size)), "found": self.found.astype(bool),
+            "boxes": self.boxes.astype(np.float32), "landmarks": self.landmarks.astype(np.float32),
+            "affines": self.affines.astype(np.float64), "presence": self.presence.astype(np.float32),
+            "crops": self.crops, "interpolated_count": np.array(int(self.interpolated_count)),
+            "warnings": np.array(self.warnings, dtype=str), "face_index": np.array(int(self.face_index)),
+            "expand": np.array(float(self.expand)), "scene_cuts": np.array(self.scene_cuts, dtype=np.int64),
+            "max_faces_seen": np.array(int(self.max_faces_seen)),
+        }
+        if include_frames:
+            arrays["frames"] = self.frames
+        np.savez_compressed(path, **arrays)
+        return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+    @classmethod
+    def load_npz(cls, path: str | Path, frames: np.ndarray | None = None) -> "FaceTrack":
+        """Load a saved track; `frames` must be given if it was saved without them."""
+        with np.load(Path(path), allow_pickle=False) as z:
+            if int(z["version"]) != NPZ_VERSION:
+                raise ValueError(f"{path}: DH_FACES file version {int(z['version'])}, expected {NPZ_VERSION}; "
+                                 "run FaceAlign again to regenerate it")
+            if frames is None:
+                if "frames" not in z:
+                    raise ValueError(f"{path} was saved without its frames; pass frames=... to load_npz")
+                frames = z["frames"]
+            return cls(frames=frames, fps=float(z["fps"]), crop_size=int(z["crop_size"]), found=z["found"],
+                       boxes=z["boxes"], landmarks=z["landmarks"], affines=z["affines"], presence=z["presence"],
+                       crops=z["crops"], interpolated_count=int(z["interpolated_count"]),
+                       warnings=[str(s) for s in z["warnings"]], face_index=int(z["face_index"]),
+                       expand=float(z["expand"]), scene_cuts=[int(c) for c in z["scene_cuts"]],
+                       max_faces_seen=int(z["max_faces_seen"]))

@@ -1,0 +1,269 @@
+"""Follow one face through video frames, fill the frames where it is missing, smooth the crop.
+
+Tracking follows MediaPipe's face_landmark_front graph: the detector runs on the first frame, every
+`stride`-th frame, after a scene cut and whenever the tracked face is lost; in between, the mesh
+runs on a region derived from the previous frame's landmarks (the mesh's presence score says
+whether it still sees a face). On a detection frame, other faces are counted (multi-face warning)
+and a lost face is re-acquired near where it was last seen, so the track does not jump to another
+person while the shot lasts.
+
+The crop transform is a similarity (centre, log scale, angle). Frames without a face get it by
+linear interpolation of those parameters inside their shot; then the curves are smoothed with a
+forward-backward One-Euro filter: the forward pass smooths, the backward pass cancels its delay,
+so the crop neither jitters nor lags behind real head motion.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..engines.face.detect import FaceBox, detect_faces, face_landmarks
+
+Runner = Callable[[np.ndarray], dict]
+Progress = Callable[[int, int], None]
+
+RIGHT_EYE_OUTER, LEFT_EYE_OUTER = 33, 263  # MediaPipe's own landmark -> ROI rotation points
+MAX_FACES_CHECKED = 8  # the mesh (presence) runs on at most this many detections per frame
+SCENE_CUT_THRESHOLD = 0.08  # mean |frame difference| (0..1); talking heads ~0.005-0.02, cuts > 0.1
+
+
+@dataclass
+class RawTrack:
+    """Per-frame mesh results before any filling or smoothing (NaN where not found)."""
+    found: np.ndarray                 # bool [N]
+    landmarks: np.ndarray             # float32 [N, 468, 3]
+    presence: np.ndarray              # float32 [N]
+    scene_cuts: list[int] = field(default_factory=list)
+    faces_seen: list[int] = field(default_factory=list)  # accepted faces per detection frame
+    detections: int = 0               # detector runs
+    index_too_high: int = 0           # detection frames with faces but fewer than face_index + 1
+
+
+# --- scene cuts ------------------------------------------------------------------------------
+def scene_cuts(frames: np.ndarray, threshold: float = SCENE_CUT_THRESHOLD) -> list[int]:
+    """Frames t that start a new shot: mean |frame[t] - frame[t-1]| > threshold (0..1 units).
+
+    Measured on a ~64-px-wide strided grid, so 1080x1920 frames cost the same as small ones."""
+    n, h, w = frames.shape[:3]
+    step = max(1, w // 64)
+    cuts, prev = [], None
+    for t in range(n):
+        cur = frames[t, ::step, ::step].astype(np.float32)
+        if prev is not None and float(np.mean(np.abs(cur - prev))) / 255.0 > threshold:
+            cuts.append(t)
+        prev = cur
+    return cuts
+
+
+def segments(n: int, cuts: list[int]) -> list[tuple[int, int]]:
+    """[start, end) ranges between scene cuts."""
+    edges = [0] + [c for c in cuts if 0 < c < n] + [n]
+    return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+# --- one frame -------------------------------------------------------------------------------
+def roi_from_landmarks(landmarks: np.ndarray) -> FaceBox:
+    """A FaceBox whose mesh crop (engines.face.detect.mesh_crop_transform: square, 1.5x the long
+    side, rotated by keypoints 0 -> 1) frames these landmarks, as MediaPipe's tracking does."""
+    xy = np.asarray(landmarks, np.float64)[:, :2]
+    r_eye, l_eye = xy[RIGHT_EYE_OUTER], xy[LEFT_EYE_OUTER]
+    angle = math.atan2(l_eye[1] - r_eye[1], l_eye[0] - r_eye[0])
+    c, s = math.cos(angle), math.sin(angle)
+    # extent in the face's own (rotated) frame, centre mapped back to the image
+    u = xy @ np.array([[c, -s], [s, c]])
+    lo, hi = u.min(0), u.max(0)
+    mid = (lo + hi) / 2
+    centre = np.array([c * mid[0] - s * mid[1], s * mid[0] + c * mid[1]])
+    half = (hi - lo) / 2
+    keypoints = np.zeros((6, 2), np.float32)
+    keypoints[0], keypoints[1] = r_eye, l_eye
+    return FaceBox(float(centre[0] - half[0]), float(centre[1] - half[1]), float(centre[0] + half[0]),
+                   float(centre[1] + half[1]), 1.0, keypoints)
+
+
+def mesh_from_landmarks(frame: np.ndarray, landmarks: np.ndarray, run_mesh: Runner) -> tuple[np.ndarray, float]:
+    return face_landmarks(frame, roi_from_landmarks(landmarks), run_mesh)
+
+
+def landmark_box(landmarks: np.ndarray) -> np.ndarray:
+    xy = landmarks[..., :2]
+    return np.concatenate([xy.min(-2), xy.max(-2)], axis=-1)
+
+
+def _detect_verified(frame: np.ndarray, run_det: Runner, run_mesh: Runner, min_presence: float,
+                     skip_near: np.ndarray | None = None) -> list[tuple[FaceBox, np.ndarray, float]]:
+    """Detections confirmed by the mesh presence score, largest (mesh extent) first. Boxes whose centre lies
+    inside `skip_near` (the tracked face's box) are returned unverified (the track vouches)."""
+    boxes = sorted(detect_faces(frame, run_det), key=lambda b: -b.width * b.height)[:MAX_FACES_CHECKED]
+    out = []
+    for box in boxes:
+        cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+        if skip_near is not None and skip_near[0] < cx < skip_near[2] and skip_near[1] < cy < skip_near[3]:
+            out.append((box, None, 1.0))
+            continue
+        lm, p = face_landmarks(frame, box, run_mesh)
+        if p >= min_presence:
+            out.append((box, lm, p))
+
+    def area(face: tuple) -> float:  # the mesh's extent is a truer face size than the detector box
+        b = landmark_box(face[1]) if face[1] is not None else (face[0].x0, face[0].y0, face[0].x1, face[0].y1)
+        return float((b[2] - b[0]) * (b[3] - b[1]))
+
+    return sorted(out, key=lambda f: -area(f))
+
+
+def _refined(frame: np.ndarray, faces: list, run_mesh: Runner, min_presence: float) -> list:
+    """Re-run the mesh on each face's region from its own landmarks (as on tracked frames, so a
+    detection frame does not frame the face differently and twitch), then sort by that size."""
+    out = []
+    for box, lm0, p0 in faces:
+        lm, p = mesh_from_landmarks(frame, lm0, run_mesh)
+        out.append((box, lm, p) if p >= min_presence else (box, lm0, p0))
+    return sorted(out, key=lambda f: -float(np.prod(np.diff(landmark_box(f[1]).reshape(2, 2), axis=0))))
+
+
+def _closest(faces: list, last: np.ndarray) -> int | None:
+    """Index of the face whose centre is within one face height of the last known position."""
+    box = landmark_box(last)
+    centre, size = (box[:2] + box[2:]) / 2, box[3] - box[1]
+    best, best_d = None, size
+    for i, (b, _, _) in enumerate(faces):
+        d = math.hypot((b.x0 + b.x1) / 2 - centre[0], (b.y0 + b.y1) / 2 - centre[1])
+        if d < best_d:
+            best, best_d = i, d
+    return best
+
+
+def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: int, face_index: int,
+                min_presence: float, progress: Progress | None = None) -> RawTrack:
+    """Mesh landmarks of one face on every frame where it can be found."""
+    run_det, run_mesh = runners
+    n = len(frames)
+    found = np.zeros(n, bool)
+    landmarks = np.full((n, 468, 3), np.nan, np.float32)
+    presence = np.zeros(n, np.float32)
+    cuts = scene_cuts(frames) if n > 1 else []
+    raw = RawTrack(found, landmarks, presence, scene_cuts=cuts)
+    cut_set = set(cuts)
+    prev: np.ndarray | None = None      # landmarks of the previous frame (tracking)
+    last: np.ndarray | None = None      # last landmarks seen in this shot (re-acquisition)
+    last_detect = -stride
+    for t in range(n):
+        frame = frames[t]
+        if t in cut_set:
+            prev = last = None
+        lm, p = None, 0.0
+        if prev is not None:
+            lm, p = mesh_from_landmarks(frame, prev, run_mesh)
+            if p < min_presence:
+                lm = None
+        if lm is None or t - last_detect >= stride:
+            last_detect = t
+            raw.detections += 1
+            faces = _detect_verified(frame, run_det, run_mesh, min_presence,
+                                     skip_near=landmark_box(lm) if lm is not None else None)
+            raw.faces_seen.append(len(faces))
+            if lm is None and faces:
+                faces = _refined(frame, faces, run_mesh, min_presence)
+                pick = _closest(faces, last) if last is not None else None
+                if pick is None and face_index < len(faces):
+                    pick = face_index
+                elif pick is None:
+                    raw.index_too_high += 1
+                if pick is not None:
+                    _, lm, p = faces[pick]
+        if lm is not None:
+            found[t], landmarks[t], presence[t] = True, lm, p
+            prev = last = lm
+        else:
+            prev = None
+            presence[t] = p  # the rejected score (0 when nothing was even tried)
+        if progress is not None:
+            progress(t + 1, n)
+    return raw
+
+
+# --- transform parameters --------------------------------------------------------------------
+def fill_gaps(values: np.ndarray, found: np.ndarray, cuts: list[int]) -> np.ndarray:
+    """Linear interpolation over time of [N, ...] values at frames where `found` is False, inside
+    each shot; a shot's leading/trailing gaps hold its nearest value; a shot with no face at all
+    is interpolated between the nearest found frames of the clip."""
+    values = np.array(values, dtype=np.float64, copy=True)
+    n = len(values)
+    flat = values.reshape(n, -1)
+    all_idx = np.flatnonzero(found)
+    for a, b in segments(n, cuts):
+        idx = np.flatnonzero(found[a:b]) + a
+        missing = np.flatnonzero(~found[a:b]) + a
+        if not missing.size:
+            continue
+        if not idx.size:
+            # no face in the whole shot (a cutaway, or one black/flash frame that the cut detector
+            # took for two cuts): bridge it from the found frames on either side
+            idx = all_idx
+        for j in range(flat.shape[1]):
+            flat[missing, j] = np.interp(missing, idx, flat[idx, j])
+    return values
+
+
+def _alpha(cutoff: np.ndarray, fps: float) -> np.ndarray:
+    r = 2.0 * math.pi * cutoff / fps
+    return r / (r + 1.0)
+
+
+def one_euro(x: np.ndarray, fps: float, min_cutoff: float, beta: float, d_cutoff: float = 1.0) -> np.ndarray:
+    """Causal One-Euro filter (Casiez et al., CHI 2012) along axis 0 of [T, D], per channel."""
+    out = np.empty_like(x)
+    out[0] = prev = x[0]
+    dprev = np.zeros_like(x[0])
+    a_d = _alpha(np.asarray(d_cutoff), fps)
+    for t in range(1, len(x)):
+        dx = (x[t] - prev) * fps
+        dprev = a_d * dx + (1 - a_d) * dprev
+        a = _alpha(min_cutoff + beta * np.abs(dprev), fps)
+        prev = a * x[t] + (1 - a) * prev
+        out[t] = prev
+    return out
+
+
+def smooth_params(params: np.ndarray, fps: float, cuts: list[int], strength: float = 1.0) -> np.ndarray:
+    """Zero-lag smoothing of [N, 4] (cx, cy, log_scale, angle) curves, reset at scene cuts.
+
+    Centres are filtered in face heights (divided by the shot's median scale) so one set of
+    cutoffs fits small and large faces. `strength` 0 = off; 1 = default (rest cutoff 1 Hz);
+    higher = smoother at rest. Fast motion raises the cutoff (beta), so head turns pass."""
+    if strength <= 0 or len(params) < 3:
+        return np.array(params, np.float64)
+    fps = float(fps) if fps and fps > 0 else 25.0
+    out = np.array(params, np.float64)
+    min_cutoff, beta = 1.0 / strength, 4.0 / strength
+    for a, b in segments(len(params), cuts):
+        if b - a < 3:
+            continue
+        seg = out[a:b].copy()
+        unit = float(np.exp(np.median(seg[:, 2])))
+        seg[:, :2] /= unit
+        fwd = one_euro(seg, fps, min_cutoff, beta)
+        both = one_euro(fwd[::-1], fps, min_cutoff, beta)[::-1]
+        both[:, :2] *= unit
+        out[a:b] = both
+    return out
+
+
+def crop_jitter(affines: np.ndarray, crop_size: int) -> float:
+    """Shake of the crop window: mean |second difference| over time of the crop's corners and
+    centre mapped into the source, expressed in crop pixels (0 = perfectly smooth motion)."""
+    from .faces import apply_affines, invert_affines
+
+    if len(affines) < 3:
+        return 0.0
+    s = float(crop_size)
+    pts = np.array([[0, 0], [s, 0], [0, s], [s, s], [s / 2, s / 2]])
+    inv = invert_affines(affines)
+    src = apply_affines(np.broadcast_to(pts, (len(affines), 5, 2)), inv)
+    scale = np.sqrt(np.abs(np.linalg.det(np.asarray(affines)[:, :, :2])))  # crop px per source px
+    second = np.linalg.norm(np.diff(src, n=2, axis=0), axis=-1)  # source px
+    return float(np.mean(second * scale[1:-1, None]))
