@@ -131,7 +131,7 @@ def load(spec: ModelSpec, device: str, precision: str, use_cuda_graphs: bool = T
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("torch reports no CUDA device")
     # FP16 only pays off (and is only well supported) on the GPU; CPU stays FP32.
-    resolved = precision if precision in ("fp16", "fp32") else ("fp16" if device == "cuda" else "fp32")
+    resolved = precision if precision in ("fp16", "fp32") else (spec.torch_auto_precision if device == "cuda" else "fp32")
     if device == "cpu":
         resolved = "fp32"
     module = build_module(spec).eval().to(device)

@@ -52,6 +52,9 @@ class ModelSpec:
     # "autocast" keeps FP32 weights and runs matmul/conv in FP16, for graphs with precision-critical
     # parts (Kokoro's sine source is a running phase sum that FP16 would wreck).
     fp16_mode: str = "half"
+    # What precision="auto" means for the torch backend on a GPU. FP16 unless measured otherwise
+    # (Kokoro is launch-bound on an H200: autocast FP16 ran slower than FP32, see benchmarks/RESULTS.md).
+    torch_auto_precision: str = "fp16"
     # CUDA graphs need static shapes and no host syncs; graphs with data-dependent output sizes
     # (a TTS waveform) must turn them off.
     cuda_graphs: bool = True
