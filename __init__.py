@@ -5,8 +5,11 @@ ComfyUI imports this file from custom_nodes/<pack>/; pip installs the same tree 
 pack (ComfyUI start-up, `digital-human --help`) stays fast and never fails on a missing
 optional dependency.
 """
-from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
-
 WEB_DIRECTORY = "./js"
 
-__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY"]
+# pytest (9.2+) imports a rootdir's __init__.py as a plain module named "__init__" when it sets up
+# the directory as a package; only register nodes when imported as a real package.
+if __package__:
+    from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+
+    __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY"]

@@ -75,6 +75,69 @@ def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
             "embed": embed_report.get("backend")}
 
 
+def _read_frames(path: Path, max_seconds: float) -> tuple[Any, float, Any]:
+    """Frames (uint8), fps and (wave, rate) or None from a photo or a video file."""
+    from .media.probe import probe_media, read_video_audio, read_video_frames
+
+    if path.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp", ".bmp"):
+        import numpy as np
+        from PIL import Image
+
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"))[None], 25.0, None
+    info = probe_media(path)
+    frames, fps = read_video_frames(path, max_frames=max(1, int(max_seconds * (info.fps or 25))))
+    audio = read_video_audio(path) if info.has_audio else None
+    return frames, fps, audio
+
+
+def _cmd_align(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+    from PIL import Image
+
+    from .nodes.image_convert import image_to_uint8, uint8_to_image
+    from .nodes.video_nodes import FaceAlign
+
+    timer = StageTimer()
+    frames, fps, _ = timer.run("decode", _read_frames, Path(args.face), args.max_seconds)
+    faces, preview, report = timer.run("align", FaceAlign().align, uint8_to_image(frames), fps,
+                                       crop_size=args.crop_size, expand=args.expand, face_index=args.face_index,
+                                       backend=args.backend)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    faces.save_npz(out)
+    preview_path = Path(args.preview) if args.preview else out.with_suffix(".png")
+    crops = image_to_uint8(preview)
+    picks = crops[np.linspace(0, len(crops) - 1, min(8, len(crops))).astype(int)]
+    Image.fromarray(np.concatenate(list(picks), axis=1)).save(preview_path)
+    return {"outputs": [str(out), str(preview_path)], "backend": _loaded("face"), "timings": timer.seconds,
+            "frames": len(frames), "found": int(faces.found.sum()), "interpolated": int(faces.interpolated_count),
+            "warnings": faces.warnings, "report": report}
+
+
+def _cmd_mux(args: argparse.Namespace) -> dict[str, Any]:
+    from .audio import decode_audio
+    from .media.mux import mux_video
+
+    timer = StageTimer()
+    frames, fps, own_audio = timer.run("decode", _read_frames, Path(args.frames), args.max_seconds)
+    fps = args.fps or fps
+    wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio)) if args.audio else (own_audio or (None, 16000))
+    report = timer.run("mux", mux_video, frames, wave, rate, fps, Path(args.out), fmt=args.format, crf=args.crf,
+                       length_mode=args.length_mode)
+    probe = report.probe
+    return {"outputs": [str(report.path)], "backend": "ffmpeg (imageio-ffmpeg)", "timings": timer.seconds,
+            "action": report.action, "video_seconds": probe.video_duration, "audio_seconds": probe.audio_duration,
+            "frames": probe.frame_count, "report": report.summary()}
+
+
+def _loaded(prefix: str) -> str:
+    from .engines import loader
+
+    found = [s for s in loader.loader().loaded() if s.startswith(prefix)]
+    return "; ".join(found) or "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="digital-human", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -114,6 +177,30 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--base-voice", default="auto", help="bundled voice to start from (auto = nearest)")
     speak.add_argument("--out", required=True, help="output .wav")
     speak.set_defaults(func=_cmd_speak)
+
+    align = sub.add_parser("align", help="photo/video -> aligned faces (.npz) + preview PNG")
+    common(align)
+    align.add_argument("--face", required=True, help="photo (png/jpg) or video")
+    align.add_argument("--out", required=True, help="output .npz (DH_FACES)")
+    align.add_argument("--preview", help="preview PNG (default: next to --out)")
+    align.add_argument("--crop-size", type=int, default=256, choices=[256, 512])
+    align.add_argument("--expand", type=float, default=0.35)
+    align.add_argument("--face-index", type=int, default=0)
+    align.add_argument("--max-seconds", type=float, default=60.0)
+    align.set_defaults(func=_cmd_align)
+
+    mux = sub.add_parser("mux", help="frames (video/photo) + audio -> MP4 (H.264 + AAC), probed")
+    mux.add_argument("--json", action="store_true")
+    mux.add_argument("--frames", required=True, help="video or photo providing the frames")
+    mux.add_argument("--audio", help="audio file (default: the video's own sound)")
+    mux.add_argument("--fps", type=float, help="override the frame rate")
+    mux.add_argument("--out", required=True)
+    mux.add_argument("--format", default="mp4", choices=["mp4", "webm"])
+    mux.add_argument("--crf", type=int)
+    mux.add_argument("--length-mode", default="pad_audio",
+                     choices=["pad_audio", "hold_last_frame", "trim", "stretch_none"])
+    mux.add_argument("--max-seconds", type=float, default=600.0)
+    mux.set_defaults(func=_cmd_mux)
     return parser
 
 

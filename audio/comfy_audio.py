@@ -26,7 +26,8 @@ def to_comfy_audio(wave: np.ndarray, sr: int) -> dict:
         raise ValueError(f"to_comfy_audio: expected [samples] or [channels, samples], got shape "
                          f"{tuple(w.shape)}")
     sr_int = _sample_rate(sr, "to_comfy_audio")
-    return {"waveform": torch.from_numpy(np.ascontiguousarray(w)).unsqueeze(0),
+    # copy: the tensor must own writable memory (callers may pass views of read-only buffers)
+    return {"waveform": torch.from_numpy(np.array(w, dtype=np.float32, order="C", copy=True)).unsqueeze(0),
             "sample_rate": sr_int}
 
 

@@ -1,5 +1,6 @@
 """Node registry: every node class of the pack, keyed by its ComfyUI type name."""
-from . import voice_nodes
+from . import video_nodes, voice_nodes
 
-NODE_CLASS_MAPPINGS: dict[str, type] = {**voice_nodes.NODE_CLASS_MAPPINGS}
-NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {**voice_nodes.NODE_DISPLAY_NAME_MAPPINGS}
+NODE_CLASS_MAPPINGS: dict[str, type] = {**voice_nodes.NODE_CLASS_MAPPINGS, **video_nodes.NODE_CLASS_MAPPINGS}
+NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {**voice_nodes.NODE_DISPLAY_NAME_MAPPINGS,
+                                              **video_nodes.NODE_DISPLAY_NAME_MAPPINGS}

@@ -1,0 +1,36 @@
+"""ComfyUI IMAGE tensors <-> numpy frames, in chunks so long videos never need two float copies."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+CHUNK = 64
+
+
+def image_to_uint8(image: Any, name: str = "image") -> np.ndarray:
+    """IMAGE float [B,H,W,C] 0..1 (torch or numpy) -> uint8 [B,H,W,3] RGB."""
+    if image is None:
+        raise ValueError(f"{name}: no image connected")
+    shape = tuple(image.shape)
+    if len(shape) == 3:
+        image = image[None]
+        shape = tuple(image.shape)
+    if len(shape) != 4 or shape[-1] not in (3, 4) or shape[0] == 0:
+        raise ValueError(f"{name}: expected IMAGE [frames, height, width, 3], got shape {shape}")
+    out = np.empty(shape[:3] + (3,), np.uint8)
+    for start in range(0, shape[0], CHUNK):
+        block = image[start:start + CHUNK, ..., :3]
+        block = block.detach().cpu().float().numpy() if hasattr(block, "detach") else np.asarray(block, np.float32)
+        out[start:start + CHUNK] = np.clip(block * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    return out
+
+
+def uint8_to_image(frames: np.ndarray) -> Any:
+    """uint8 [B,H,W,3] -> IMAGE torch float32 [B,H,W,3] 0..1."""
+    import torch
+
+    out = torch.empty(frames.shape, dtype=torch.float32)
+    for start in range(0, len(frames), CHUNK):
+        out[start:start + CHUNK] = torch.from_numpy(frames[start:start + CHUNK]).float().div_(255.0)
+    return out
