@@ -32,5 +32,6 @@ def uint8_to_image(frames: np.ndarray) -> Any:
 
     out = torch.empty(frames.shape, dtype=torch.float32)
     for start in range(0, len(frames), CHUNK):
-        out[start:start + CHUNK] = torch.from_numpy(frames[start:start + CHUNK]).float().div_(255.0)
+        block = np.array(frames[start:start + CHUNK], dtype=np.uint8, copy=True)  # torch wants writable memory
+        out[start:start + CHUNK] = torch.from_numpy(block).float().div_(255.0)
     return out

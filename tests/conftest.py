@@ -36,7 +36,8 @@ def _models_ready() -> str | None:
     from digital_human.paths import models_root
 
     root = models_root()
-    needed = [root / "speaker_encoder" / "ge2e.onnx", root / "kokoro" / "kokoro-v1.0.int8.onnx"]
+    needed = [root / "speaker_encoder" / "ge2e.onnx", root / "kokoro" / "kokoro-v1.0.int8.onnx",
+              root / "face" / "face_detector.onnx", root / "face" / "face_mesh.onnx"]
     missing = [str(p) for p in needed if not p.is_file()]
     return f"models missing ({', '.join(missing)}); run `python -m digital_human setup`" if missing else None
 
