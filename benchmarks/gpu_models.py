@@ -49,6 +49,7 @@ def bench(spec, feeds: dict, per_item: int, label: str, unit: str, repeats: int,
         runner = loader.get(spec, backend=backend, precision=precision)
         if device == "cuda" and "baseline" in name:
             runner._use_graphs = False  # eager: no CUDA graphs for the baseline
+            runner.info.notes = [n for n in runner.info.notes if "CUDA graphs" not in n]
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         seconds = _time(lambda: runner(feeds), repeats, sync)

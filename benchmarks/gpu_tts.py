@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -59,12 +60,15 @@ def run_gpu(tokens_path: Path, out_dir: Path, repeats: int) -> dict:
     voice = np.load(tokens_path.with_suffix(".voice.npy"))
     spec = kokoro_model_spec("fp32")
     configs = [("torch", "fp32", "eager FP32 (baseline)"), ("torch", "fp16", "torch CUDA FP16 autocast")]
+    if os.environ.get("BENCH_COMPILE") == "1":
+        configs += [("torch", "fp32", "torch.compile FP32"), ("torch", "fp16", "torch.compile FP16 autocast")]
     if torch.cuda.is_available() is False:
         configs = [("onnxruntime", "fp32", "ORT CPU FP32"), ("torch", "fp32", "torch CPU FP32")]
     results: dict = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor(),
                      "torch": torch.__version__, "cuda": torch.version.cuda, "rows": []}
     out_dir.mkdir(parents=True, exist_ok=True)
     for backend, precision, label in configs:
+        os.environ["DIGITAL_HUMAN_TORCH_COMPILE"] = "1" if "compile" in label else "0"
         runner = loader.get(spec, backend=backend, precision=precision)
         torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
         for key, utterances in payload["utterances"].items():

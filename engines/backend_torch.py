@@ -5,6 +5,7 @@ that, from a generic ONNX->torch conversion (`onnx2torch`, optional dependency).
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Mapping
 
@@ -137,6 +138,11 @@ def load(spec: ModelSpec, device: str, precision: str, use_cuda_graphs: bool = T
     module = build_module(spec).eval().to(device)
     if resolved == "fp16" and spec.fp16_mode == "half":
         module = module.half()
+    compile_env = os.environ.get("DIGITAL_HUMAN_TORCH_COMPILE")
+    use_compile = (compile_env == "1") if compile_env in ("0", "1") else spec.torch_compile
+    if use_compile and device == "cuda":
+        # dynamic=True: token counts and output lengths vary per call; recompiling per shape would stall
+        module = torch.compile(module, dynamic=True)
     info = RunnerInfo(model=spec.name, backend=f"torch-{device}", device=device, precision=resolved)
     runner = TorchRunner(module, spec, info, use_cuda_graphs=use_cuda_graphs)
     info.load_seconds = time.perf_counter() - start
@@ -144,4 +150,6 @@ def load(spec: ModelSpec, device: str, precision: str, use_cuda_graphs: bool = T
         info.notes.append("CUDA graphs per input shape")
     if runner._autocast:
         info.notes.append("FP16 autocast (FP32 weights)")
+    if use_compile and device == "cuda":
+        info.notes.append("torch.compile (dynamic shapes)")
     return runner

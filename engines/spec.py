@@ -58,6 +58,9 @@ class ModelSpec:
     # CUDA graphs need static shapes and no host syncs; graphs with data-dependent output sizes
     # (a TTS waveform) must turn them off.
     cuda_graphs: bool = True
+    # Wrap the torch module in torch.compile on CUDA (fewer kernel launches for launch-bound graphs).
+    # DIGITAL_HUMAN_TORCH_COMPILE=1/0 overrides it for every model.
+    torch_compile: bool = False
     # Graph input/output names in order; read from the ONNX file when left empty.
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()

@@ -1,0 +1,149 @@
+"""`clone` inference: drive a trained avatar's generator with speech and paste the mouths back.
+
+Per output frame: the scheduled reference frame's crop (at the avatar's crop size) is the source
+(its lower face is blanked inside the generator), the avatar's stored neutral frame is the
+reference (so the source's own mouth never reaches the output - on held-out footage that would
+be the answer), and the audio window around the frame's time drives the mouth. The generator
+runs through the engine loader (TensorRT / torch CUDA FP16 / ONNX Runtime) in batches.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+
+from ...vision.faces import FaceTrack
+from ...vision.paste import lower_face_mask
+from .audio_features import windows_for_frames
+from .avatar_store import AvatarInfo, load_avatar
+from .clone_model import GeneratorConfig, crops_to_regions, generator_spec, regions_into_crops
+from .driver import (TalkingHeadResult, frame_schedule, output_frame_count, render_frames, schedule_track,
+                     validate_audio, validate_track)
+from .train_avatar import crops_at_size
+
+MODEL_NAME = "clone"
+MASK_JAW_MARGIN = 0.15  # a generated open jaw may reach a little below the reference frame's chin
+REFERENCE_MODES = ("neutral", "frame")
+
+
+def generator_runner(avatar: AvatarInfo, backend: str = "auto", precision: str = "auto"):
+    """The avatar's generator from the engine loader (cached per process)."""
+    from .. import loader
+
+    spec = generator_spec(avatar.onnx_path, avatar.weights_path, name=f"clone-{avatar.name}")
+    return loader.get(spec, backend=backend, precision=precision, stage="face")
+
+
+def _resize(img: np.ndarray, size: int) -> np.ndarray:
+    from ...vision import align as _align
+
+    if _align._cv2 is not None:
+        return _align._cv2.resize(img, (size, size), interpolation=_align._cv2.INTER_CUBIC)
+    k = img.shape[0] / float(size)  # numpy fallback: bilinear through the shared warp
+    return np.clip(np.rint(_align.warp_image(img, np.array([[1 / k, 0, 0], [0, 1 / k, 0]]), size, size)),
+                   0, 255).astype(np.uint8)
+
+
+def generate_regions(runner, sources: np.ndarray, references: np.ndarray, windows: np.ndarray,
+                     batch_size: int, should_stop: Callable[[], bool] | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """uint8 [N, 3, h, w] sources/references (references may be one [1, 3, h, w]) + windows -> uint8 regions."""
+    n = len(sources)
+    out = np.empty_like(sources)
+    for start in range(0, n, batch_size):
+        if should_stop is not None and should_stop():
+            raise InterruptedError(f"clone talking head interrupted after {start} of {n} frames")
+        stop = min(start + batch_size, n)
+        src = sources[start:stop].astype(np.float32) / 255.0
+        ref = references[start:stop] if len(references) == n else np.broadcast_to(references, src.shape)
+        feeds = {"source": src, "reference": np.ascontiguousarray(ref, np.float32) / 255.0,
+                 "audio": np.ascontiguousarray(windows[start:stop], np.float32)}
+        region = runner(feeds)["region"]
+        out[start:stop] = np.clip(np.rint(np.asarray(region, np.float32) * 255.0), 0, 255).astype(np.uint8)
+        if progress is not None:
+            progress(stop, n)
+    return out
+
+
+def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, sample_rate: int,
+                  fps: float | None = None, *, loop_mode: str = "ping-pong", batch_size: int = 32,
+                  backend: str = "auto", precision: str = "auto", reference: str = "neutral",
+                  max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
+    """Animate `track` (DH_FACES, photo or video of the avatar's person) with `audio`.
+
+    reference: "neutral" = the avatar's stored neutral frame (default), "frame" = each scheduled
+    frame's own crop (keeps that frame's lighting, but shows its mouth to the generator)."""
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    info = load_avatar(avatar) if isinstance(avatar, str) else avatar
+    if not isinstance(info, AvatarInfo):
+        raise ValueError(f"avatar must be a DH_AVATAR (from TrainAvatar) or an avatar name, got {type(avatar).__name__}")
+    validate_track(track)
+    wave = validate_audio(audio, sample_rate, max_audio_seconds)
+    if reference not in REFERENCE_MODES:
+        raise ValueError(f"reference must be one of {REFERENCE_MODES}, got {reference!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    config: GeneratorConfig = info.generator_config
+    fps = float(fps) if fps and fps > 0 else float(track.fps)
+    n_out = output_frame_count(len(wave) / float(sample_rate), fps)
+    idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
+    sched = schedule_track(track, idx, fps)
+    windows = windows_for_frames(wave, int(sample_rate), fps, n_out, info.mel_config)
+    crops_a, _ = crops_at_size(track, config.crop_size)  # per reference frame, not per output frame
+    sources = crops_to_regions(crops_a, config)[idx]
+    if reference == "neutral":
+        refs = crops_to_regions(info.reference()[0][None], config)
+    else:
+        refs = sources
+    timings["prepare"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    runner = generator_runner(info, backend, precision)
+    timings["load"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    regions = generate_regions(runner, sources, refs, windows, batch_size, should_stop)
+    timings["generate"] = time.perf_counter() - t2
+
+    t3 = time.perf_counter()
+    size = track.crop_size
+    crop_lms = track.crop_landmarks()
+    masks_by_ref = {int(r): lower_face_mask(crop_lms[int(r)], size, jaw_margin=MASK_JAW_MARGIN) for r in np.unique(idx)}
+    crops = np.empty((n_out, size, size, 3), np.uint8)
+    frames = np.empty_like(sched.frames)
+    warnings: list[str] = []
+    if config.crop_size != size:
+        warnings.append(f"avatar was trained at {config.crop_size}px crops, the faces are {size}px: generated at "
+                        f"{config.crop_size}px and resized")
+    for start in range(0, n_out, batch_size):
+        if should_stop is not None and should_stop():
+            raise InterruptedError(f"clone talking head interrupted after {start} of {n_out} frames")
+        stop = min(start + batch_size, n_out)
+        src_idx = idx[start:stop]
+        gen = regions_into_crops(crops_a[src_idx], regions[start:stop], config)
+        if config.crop_size != size:
+            gen = np.stack([_resize(g, size) for g in gen])
+        crops[start:stop] = gen
+        batch = schedule_track(sched, np.arange(start, stop))
+        frames[start:stop] = render_frames(batch, gen, np.stack([masks_by_ref[int(r)] for r in src_idx]))
+        if progress is not None:
+            progress(stop, n_out)
+    timings["paste"] = time.perf_counter() - t3
+    timings["total"] = time.perf_counter() - t0
+    if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
+        warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
+                        f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
+    out_track = replace(sched, frames=frames, crops=crops, warnings=list(sched.warnings) + warnings)
+    return TalkingHeadResult(frames=frames, track=out_track, model=MODEL_NAME,
+                             backend=f"{runner.backend} {runner.precision}", timings=timings,
+                             warnings=warnings, frames_generated=n_out)
+
+
+def clone_masks(track: FaceTrack, idx: np.ndarray) -> np.ndarray:
+    """Crop-space masks [M, S, S] animate_clone pastes through, for schedule `idx` (PSNR checks)."""
+    lms = track.crop_landmarks()
+    cache = {int(r): lower_face_mask(lms[int(r)], track.crop_size, jaw_margin=MASK_JAW_MARGIN) for r in np.unique(idx)}
+    return np.stack([cache[int(r)] for r in idx])

@@ -1,0 +1,253 @@
+"""`clone`: the person-specific talking-head generator that TrainAvatar trains.
+
+It repaints the lower face of an aligned face crop (DH_FACES) from three things:
+  * `source`: the current frame's lower-face region; the model itself blanks everything below the
+    nose line (a fixed "hole", so no jaw outline of the current frame leaks into the output - at
+    inference the current frame's mouth is not the one we want);
+  * `reference`: the same region of another frame of the same person (teeth, lips, beard, light);
+  * `audio`: a log-mel window around the frame's time (audio_features.windows_for_frames).
+Output: the region with the hole filled, outside the hole bit-identical to `source`.
+
+The region is a fixed box of the crop (crop coordinates from FaceAlign's template: nose tip at
+the centre, chin ~0.8 S), so one model serves every frame without per-frame geometry.
+
+Architecture: a 5-level U-Net (base 24 channels: ~4.6 M parameters) whose bottleneck
+and first decoder level are modulated (FiLM) by a small conv audio encoder. Plain conv + LeakyReLU,
+no normalisation layers: identical behaviour in training and inference, clean ONNX/TensorRT graph,
+and FP16-safe.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..onnx_export import ParityReport, export_onnx, parity
+from ..spec import ModelSpec, TensorProfile
+
+INPUT_NAMES = ("source", "reference", "audio")
+OUTPUT_NAMES = ("region",)
+MAX_BATCH = 64
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    crop_size: int = 256
+    base_channels: int = 24
+    levels: int = 4          # downsamplings; region sides must divide by 2**levels
+    n_mels: int = 80
+    audio_columns: int = 40  # MelConfig.window_columns
+    audio_dim: int = 256
+    # region box and hole, as fractions of the crop side (template geometry, see module doc)
+    region_top: float = 0.4375
+    region_height: float = 0.5
+    region_width: float = 0.6875
+    hole_top: float = 0.54   # just under the nose base (~0.56 S), so the nostrils stay real
+
+    def region_box(self) -> tuple[int, int, int, int]:
+        """(y0, y1, x0, x1) of the generator's region in crop pixels."""
+        s, m = self.crop_size, 2 ** self.levels
+        h = int(round(self.region_height * s / m)) * m
+        w = int(round(self.region_width * s / m)) * m
+        y0 = min(int(round(self.region_top * s)), s - h)
+        x0 = (s - w) // 2
+        return y0, y0 + h, x0, x0 + w
+
+    def hole_row(self) -> int:
+        """First row of the hole inside the region."""
+        y0, y1, _, _ = self.region_box()
+        return int(np.clip(round(self.hole_top * self.crop_size) - y0, 1, y1 - y0 - 1))
+
+    def validate(self) -> None:
+        if self.crop_size < 32 or self.levels < 1 or self.base_channels < 4:
+            raise ValueError(f"generator config out of range: {self}")
+        y0, y1, x0, x1 = self.region_box()
+        if y1 - y0 < 2 ** self.levels or x1 - x0 < 2 ** self.levels:
+            raise ValueError(f"crop_size {self.crop_size} is too small for {self.levels} levels")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "GeneratorConfig":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def _conv(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.LeakyReLU(0.2, inplace=True))
+
+
+class AudioEncoder(nn.Module):
+    """[B, 1, n_mels, T] log-mel window -> [B, audio_dim]."""
+
+    def __init__(self, n_mels: int, dim: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            _conv(1, 32), _conv(32, 64, 2), _conv(64, 64), _conv(64, 128, 2),
+            _conv(128, 128), _conv(128, 256, 2), _conv(256, 256, 2))
+        self.out = nn.Linear(256, dim)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        h = self.net(mel)
+        return F.leaky_relu(self.out(h.mean(dim=(2, 3))), 0.2)
+
+
+class FiLM(nn.Module):
+    def __init__(self, audio_dim: int, channels: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(audio_dim, 2 * channels)
+        nn.init.zeros_(self.proj.weight)  # start as identity: the image path trains first, audio takes over
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        gamma, beta = self.proj(a).chunk(2, dim=1)
+        return x * (1.0 + gamma[:, :, None, None]) + beta[:, :, None, None]
+
+
+class CloneGenerator(nn.Module):
+    def __init__(self, config: GeneratorConfig = GeneratorConfig()) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+        c = config.base_channels
+        chans = [min(c * 2 ** i, 8 * c) for i in range(config.levels + 1)]
+        self.stem = nn.Sequential(_conv(6, c), _conv(c, c))
+        self.down = nn.ModuleList([nn.Sequential(_conv(chans[i], chans[i + 1], 2), _conv(chans[i + 1], chans[i + 1]))
+                                   for i in range(config.levels)])
+        bott = chans[-1]
+        self.audio = AudioEncoder(config.n_mels, config.audio_dim)
+        self.film_b = FiLM(config.audio_dim, bott)
+        self.mid = nn.Sequential(_conv(bott + config.audio_dim, bott), _conv(bott, bott))
+        self.film_d = FiLM(config.audio_dim, chans[-2])
+        self.up = nn.ModuleList()
+        for i in reversed(range(config.levels)):
+            self.up.append(nn.Sequential(_conv(chans[i + 1] + chans[i], chans[i]), _conv(chans[i], chans[i])))
+        self.head = nn.Conv2d(c, 3, 3, 1, 1)
+        y0, y1, x0, x1 = config.region_box()
+        hole = torch.zeros(1, 1, y1 - y0, x1 - x0)
+        hole[:, :, config.hole_row():] = 1.0
+        self.register_buffer("hole", hole, persistent=False)
+
+    def forward(self, source: torch.Tensor, reference: torch.Tensor, audio: torch.Tensor) -> torch.Tensor:
+        hole = self.hole.to(source.dtype)
+        masked = source * (1.0 - hole)
+        x = self.stem(torch.cat([masked, reference], dim=1) - 0.5)
+        skips = [x]
+        for block in self.down:
+            x = block(x)
+            skips.append(x)
+        a = self.audio(audio)
+        x = self.film_b(skips.pop(), a)
+        x = self.mid(torch.cat([x, a[:, :, None, None].expand(-1, -1, x.shape[2], x.shape[3])], dim=1))
+        for i, block in enumerate(self.up):
+            skip = skips.pop()
+            x = F.interpolate(x, scale_factor=2.0, mode="nearest")
+            x = block(torch.cat([x, skip], dim=1))
+            if i == 0:
+                x = self.film_d(x, a)
+        out = torch.sigmoid(self.head(x))
+        return masked + hole * out
+
+    def example_inputs(self, batch: int = 1, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed)
+        y0, y1, x0, x1 = self.config.region_box()
+        shape = (batch, 3, y1 - y0, x1 - x0)
+        return (torch.rand(shape, generator=g), torch.rand(shape, generator=g),
+                torch.randn(batch, 1, self.config.n_mels, self.config.audio_columns, generator=g))
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# --- weights ---------------------------------------------------------------------------------
+def save_generator(model: CloneGenerator, path: Path) -> Path:
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial")
+    state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(tmp), metadata={"config": json.dumps(model.config.to_dict()), "model": "clone"})
+    tmp.replace(path)
+    return path
+
+
+def load_generator(path: Path, config: GeneratorConfig | None = None) -> CloneGenerator:
+    """Build the generator from a safetensors file; keys and shapes must match exactly."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"clone generator weights not found: {path}")
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        state = {k: f.get_tensor(k) for k in f.keys()}
+    if config is None:
+        if "config" not in meta:
+            raise ValueError(f"{path} has no generator config in its metadata; it is not a clone generator file")
+        config = GeneratorConfig.from_dict(json.loads(meta["config"]))
+    model = CloneGenerator(config)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(state) if tuple(expected[k].shape) != tuple(state[k].shape))
+    if missing or unexpected or wrong:
+        raise ValueError(f"{path} does not fit the clone generator ({config}): missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}, wrong shape {wrong[:5]}; retrain the avatar with TrainAvatar")
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+# --- ONNX and the engine layer -------------------------------------------------------------------
+def export_generator_onnx(model: CloneGenerator, path: Path, check: bool = True) -> ParityReport | None:
+    """Export with a dynamic batch axis; returns the ONNX-vs-torch parity report when `check`."""
+    model = model.float().cpu().eval()
+    example = model.example_inputs(2)
+    dynamic = {name: {0: "batch"} for name in (*INPUT_NAMES, *OUTPUT_NAMES)}
+    export_onnx(model, example, Path(path), INPUT_NAMES, OUTPUT_NAMES, dynamic_axes=dynamic)
+    if not check:
+        return None
+    return parity(model, Path(path), [t.numpy() for t in model.example_inputs(3, seed=1)], name="clone")
+
+
+def generator_spec(onnx_path: Path, weights_path: Path | None = None, name: str = "clone") -> ModelSpec:
+    """The avatar's generator for `engines.loader.get`: batch 1..64 profiles; the torch backend builds
+    the native module from the safetensors next to the graph (FP16 by weight conversion)."""
+    onnx_path = Path(onnx_path)
+    weights = Path(weights_path) if weights_path else onnx_path.with_name("generator.safetensors")
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False)
+    dims = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim) for i in graph.graph.input}
+    profiles = {}
+    for n in INPUT_NAMES:
+        if n not in dims:
+            raise ValueError(f"{onnx_path} is not a clone generator graph (inputs {sorted(dims)})")
+        rest = dims[n][1:]
+        profiles[n] = TensorProfile((1, *rest), (16, *rest), (MAX_BATCH, *rest))
+    return ModelSpec(name=name, onnx_path=onnx_path, profiles=profiles,
+                     torch_factory=lambda: load_generator(weights), fp16_mode="half",
+                     input_names=INPUT_NAMES, output_names=OUTPUT_NAMES)
+
+
+# --- region helpers (numpy, shared by training, inference and the benchmarks) ---------------------
+def crops_to_regions(crops: np.ndarray, config: GeneratorConfig) -> np.ndarray:
+    """uint8 [N, S, S, 3] crops -> uint8 [N, 3, h, w] generator regions (NCHW)."""
+    y0, y1, x0, x1 = config.region_box()
+    return np.ascontiguousarray(np.asarray(crops)[:, y0:y1, x0:x1].transpose(0, 3, 1, 2))
+
+
+def regions_into_crops(crops: np.ndarray, regions: np.ndarray, config: GeneratorConfig) -> np.ndarray:
+    """Write float [N, 3, h, w] (0..1) or uint8 regions back into copies of uint8 crops."""
+    y0, y1, x0, x1 = config.region_box()
+    out = np.array(crops, copy=True)
+    r = np.asarray(regions)
+    if r.dtype != np.uint8:
+        r = np.clip(np.rint(r * 255.0), 0, 255).astype(np.uint8)
+    out[:, y0:y1, x0:x1] = r.transpose(0, 2, 3, 1)
+    return out

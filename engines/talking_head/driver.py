@@ -1,0 +1,142 @@
+"""Output-frame driver shared by every talking-head model (`portrait`, `clone`).
+
+The audio sets the clock: output frames = ceil(audio seconds x fps). Each output frame borrows a
+reference frame (a photo: always frame 0; a video: mapped by time, then looped / ping-ponged /
+held past its end), the model generates that frame's crop, and the crop is pasted back into the
+reference frame through the inverse of its affine and a feathered lower-face mask.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from ...vision.faces import FaceTrack, NoFaceError
+from ...vision.paste import paste_back_batch
+
+LOOP_MODES = ("loop", "ping-pong", "hold")
+_EPS = 1e-6  # seconds x fps products like 3.0000000004 must not add a frame
+
+
+class AudioInputError(ValueError):
+    """The driving audio is missing, silent, or too long."""
+
+
+@dataclass
+class TalkingHeadResult:
+    """What a talking-head model returns: full frames uint8 [M, H, W, 3] and the updated DH_FACES."""
+    frames: np.ndarray
+    track: FaceTrack
+    model: str
+    backend: str
+    timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    frames_generated: int = 0
+
+    def summary(self) -> str:
+        t = ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items())
+        lines = [f"{self.model} ({self.backend}): {self.frames_generated}/{len(self.frames)} frames generated; {t}"]
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+
+
+# --- clock ---------------------------------------------------------------------------------------
+def output_frame_count(audio_seconds: float, fps: float) -> int:
+    """ceil(audio_seconds x fps), tolerant of float error (10 s at 30 fps is 300 frames, not 301)."""
+    if not fps > 0:
+        raise ValueError(f"fps must be > 0, got {fps}")
+    if not audio_seconds >= 0:
+        raise ValueError(f"audio_seconds must be >= 0, got {audio_seconds}")
+    return int(math.ceil(audio_seconds * fps - _EPS))
+
+
+def frame_schedule(n_ref: int, n_out: int, mode: str = "ping-pong", src_fps: float | None = None,
+                   out_fps: float | None = None) -> np.ndarray:
+    """int64 [n_out] reference-frame index for each output frame.
+
+    Output frame i (time i / out_fps) takes the reference frame shown at that time
+    (floor(t x src_fps)); past the end of the reference: "loop" starts again, "ping-pong" plays
+    backwards and forwards (no repeated end frame, so no stall), "hold" freezes the last frame.
+    A photo (n_ref = 1) is always frame 0."""
+    if mode not in LOOP_MODES:
+        raise ValueError(f"loop mode must be one of {', '.join(LOOP_MODES)}, got {mode!r}")
+    if n_ref < 1:
+        raise ValueError(f"the reference needs at least one frame, got n_ref={n_ref}")
+    if n_out < 0:
+        raise ValueError(f"n_out must be >= 0, got {n_out}")
+    if n_ref == 1:
+        return np.zeros(n_out, np.int64)
+    i = np.arange(n_out, dtype=np.float64)
+    if src_fps and out_fps and src_fps > 0 and out_fps > 0:
+        pos = np.floor(i * (float(src_fps) / float(out_fps)) + 1e-6).astype(np.int64)
+    else:
+        pos = i.astype(np.int64)
+    if mode == "loop":
+        return pos % n_ref
+    if mode == "hold":
+        return np.minimum(pos, n_ref - 1)
+    period = 2 * n_ref - 2
+    q = pos % period
+    return np.where(q < n_ref, q, period - q).astype(np.int64)
+
+
+def schedule_track(track: FaceTrack, indices: np.ndarray, fps: float | None = None) -> FaceTrack:
+    """A FaceTrack whose per-frame arrays follow `indices` (frames are views-by-copy of the
+    reference frames; memory grows with the output length). `fps`: the output clock."""
+    idx = np.asarray(indices, np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= len(track)):
+        raise ValueError(f"schedule indices must be in 0..{len(track) - 1}, got {idx.min()}..{idx.max()}")
+    return replace(track, frames=track.frames[idx], fps=float(fps or track.fps), found=track.found[idx],
+                   boxes=track.boxes[idx], landmarks=track.landmarks[idx], affines=track.affines[idx],
+                   presence=track.presence[idx], crops=track.crops[idx], warnings=list(track.warnings),
+                   scene_cuts=[], interpolated_count=int(np.count_nonzero(~track.found[idx])))
+
+
+def render_frames(track_sched: FaceTrack, generated_crops: np.ndarray, masks: np.ndarray, *,
+                  color_match: bool = False, keep_detail: bool = False,
+                  progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """Paste generated crops [M, S, S, 3] into the scheduled frames through their inverse affines
+    and `masks` ([M, S, S] or one [S, S]); uint8 [M, H, W, 3]."""
+    if len(generated_crops) != len(track_sched):
+        raise ValueError(f"{len(generated_crops)} generated crops for {len(track_sched)} scheduled frames")
+    s = track_sched.crop_size
+    if generated_crops.shape[1:] != (s, s, 3):
+        raise ValueError(f"generated crops must be [M, {s}, {s}, 3] like the track's crops, got {generated_crops.shape}")
+    return paste_back_batch(track_sched.frames, generated_crops, track_sched.affines, masks,
+                            color_match=color_match, keep_detail=keep_detail, progress=progress)
+
+
+# --- input checks ----------------------------------------------------------------------------------
+def validate_audio(audio: np.ndarray, sample_rate: int, max_seconds: float = 600.0,
+                   name: str = "audio") -> np.ndarray:
+    """Mono float32 [T] from [T], [C, T] or [B, C, T]; raises AudioInputError when empty, silent or
+    longer than max_seconds."""
+    if audio is None:
+        raise AudioInputError(f"no {name} given; connect the speech AUDIO (e.g. TRT_TTS output)")
+    a = np.asarray(audio, np.float32)
+    while a.ndim > 1:  # [B, C, T] / [C, T] -> mono (first batch item, channel mean)
+        a = a[0] if a.ndim == 3 else a.mean(0)
+    if not sample_rate or sample_rate <= 0:
+        raise AudioInputError(f"{name} has no valid sample rate ({sample_rate})")
+    if a.size == 0:
+        raise AudioInputError(f"{name} is empty (0 samples); give speech audio to drive the mouth")
+    if not np.isfinite(a).all():
+        raise AudioInputError(f"{name} contains NaN/inf samples; re-decode or regenerate it")
+    seconds = a.size / float(sample_rate)
+    if seconds > max_seconds:
+        raise AudioInputError(f"{name} is {seconds:.0f} s; the maximum is {max_seconds:g} s: raise "
+                              "max_audio_seconds or split the text")
+    if float(np.abs(a).max()) < 1e-4 or float(np.sqrt(np.mean(a.astype(np.float64) ** 2))) < 1e-5:
+        raise AudioInputError(f"{name} is silent (peak {float(np.abs(a).max()):.1e}); give speech audio, "
+                              "check the TTS output or the input file's volume")
+    return a
+
+
+def validate_track(track: FaceTrack, name: str = "faces") -> None:
+    """Raise NoFaceError when the DH_FACES input has no frame with a found face."""
+    if track is None or len(track) == 0:
+        raise NoFaceError(f"{name} is empty; run FaceAlign on a photo or video first")
+    if not np.asarray(track.found).any():
+        raise NoFaceError(f"{name} has no frame with a found face; use FaceAlign on a photo/video with a "
+                          "visible frontal face")

@@ -1,0 +1,253 @@
+"""Move a face's mouth in its aligned crop: a two-layer smooth warp + a rendered mouth interior.
+
+Geometry, in a mouth frame (u along the eye line, v down, origin between the inner lips, unit =
+inter-ocular distance "iod" of the outer eye corners):
+  * The reference mouth is first *closed*: where the reference lips are apart by g(u), the upper
+    lip comes down by ALPHA g and the lower lip (with the jaw) up by the rest, so any source mouth,
+    open or shut, starts from the same neutral closed line.
+  * Then it is opened to the driven gap G s(u) (s: an elliptic profile, 0 at the corners): the
+    upper lip goes up by BETA of it, the lower lip down by the rest; the jaw drops the chin by
+    jaw_open x JAW_MAX, fading towards the jaw angles and into the neck; width/round move the
+    corners out/in (a horizontal field that fades away from the mouth).
+  * The face above the dividing line between the lips follows the "upper" field (fading to zero at
+    the nose base), the face below it the "lower" field (fading to zero below the chin and at the
+    jaw angles). Both fields are smooth and equal (zero) outside the mouth corners, so the skin
+    never tears; between the two target inner-lip curves is the mouth interior, which is drawn:
+    dark cavity with a gradient, a hint of upper teeth when open, tongue-red at the bottom, colours
+    taken from this face's lips and skin.
+The warp is backward (output pixel -> reference pixel, fixed-point inversion of the smooth forward
+field) and resampled with cv2.remap (numpy bilinear fallback). The driven landmarks (all 468) are
+the forward field applied to the reference ones, which updates DH_FACES.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...vision import align as _align
+
+# MediaPipe mesh indices (subject's right = image left first)
+INNER_UPPER = (78, 191, 80, 81, 82, 13, 312, 311, 310, 415, 308)
+INNER_LOWER = (78, 95, 88, 178, 87, 14, 317, 402, 318, 324, 308)
+OUTER_UPPER = (61, 185, 40, 39, 37, 0, 267, 269, 270, 409, 291)
+OUTER_LOWER = (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291)
+UPPER_SET = frozenset(INNER_UPPER + OUTER_UPPER) - {78, 308, 61, 291}
+LOWER_SET = frozenset(INNER_LOWER + OUTER_LOWER) - {78, 308, 61, 291}
+NOSE_BASE, CHIN, EYE_R, EYE_L = 2, 152, 33, 263
+CHEEKS = (205, 425, 50, 280)
+
+ALPHA = 0.35    # share of a reference gap closed by the upper lip coming down
+BETA = 0.28     # share of a driven gap made by the upper lip going up
+GAP_MAX = 0.17  # inner-lip gap at lip_open = 1, in iod (real speech: median ~0.06, 95th pct ~0.14)
+JAW_MAX = 0.15  # chin drop at jaw_open = 1, in iod
+JAW_HALF_WIDTH = 0.85  # the jaw's drop fades to 0 at this |u| (iod): the jaw angles stay put
+NECK_FADE = 0.40       # the lower field fades to 0 this far (iod) below the chin
+SPREAD_GAIN, ROUND_GAIN = 0.22, 0.35  # corner motion at width/round = 1, in mouth half-widths
+
+
+def _smoothstep(x: np.ndarray) -> np.ndarray:
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+@dataclass
+class MouthGeometry:
+    """Per reference crop: the mouth frame and the reference lip profile (see module doc)."""
+    origin: np.ndarray      # [2] crop px, between the inner lips
+    ex: np.ndarray          # [2] unit, along the eye line
+    ey: np.ndarray          # [2] unit, down the face
+    iod: float              # crop px
+    u0: float               # mouth centre along u (inner corners' midpoint)
+    half_w: float           # inner half-width (corners 78..308)
+    col_u: np.ndarray       # [11] u of the inner-lip columns
+    gap_ref: np.ndarray     # [11] reference inner gap per column (>= 0)
+    v_up: np.ndarray        # [11] v of reference upper inner lip
+    v_nose: float           # v of the nose base (upper field fades to 0 there)
+    v_chin: float           # v of the chin
+    lip_rgb: np.ndarray     # [3] float
+    skin_rgb: np.ndarray    # [3] float
+    roi: tuple[int, int, int, int]  # x0, y0, x1, y1 crop px the warp can touch
+
+    def to_uv(self, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        d = xy - self.origin
+        return d @ self.ex, d @ self.ey
+
+    def from_uv(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return self.origin + u[..., None] * self.ex + v[..., None] * self.ey
+
+
+def mouth_geometry(crop: np.ndarray, lms: np.ndarray) -> MouthGeometry:
+    """Measure the mouth frame, lip profile and colours of one aligned crop [S, S, 3] with its
+    crop landmarks [468, 2]."""
+    p = np.asarray(lms, np.float64)[:, :2]
+    eye = p[EYE_L] - p[EYE_R]
+    iod = float(np.linalg.norm(eye))
+    ex = eye / max(iod, 1e-6)
+    ey = np.array([-ex[1], ex[0]])
+    if (p[CHIN] - p[NOSE_BASE]) @ ey < 0:
+        ey = -ey
+    origin = (p[13] + p[14]) / 2
+    d = p - origin
+    u, v = d @ ex, d @ ey
+    up, lo = np.array(INNER_UPPER), np.array(INNER_LOWER)
+    col_u = (u[up] + u[lo]) / 2
+    order = np.argsort(col_u)
+    gap = np.maximum(v[lo] - v[up], 0.0)
+    u0 = float((u[78] + u[308]) / 2)
+    half_w = float(max(abs(u[308] - u[78]) / 2, 0.05 * iod))
+    s = crop.shape[0]
+
+    def sample(points: np.ndarray) -> np.ndarray:
+        ij = np.clip(np.rint(points - 0.5).astype(int), 0, s - 1)
+        return crop[ij[:, 1], ij[:, 0]].astype(np.float64).mean(0)
+
+    lip_pts = np.concatenate([(p[list(OUTER_UPPER[2:-2])] + p[list(INNER_UPPER[2:-2])]) / 2,
+                              (p[list(OUTER_LOWER[2:-2])] + p[list(INNER_LOWER[2:-2])]) / 2])
+    x_all = np.array([p[:, 0].min(), p[:, 0].max()])
+    roi_pts = np.concatenate([p[[234, 454, 172, 397, NOSE_BASE, CHIN]],
+                              (p[CHIN] + ey * (NECK_FADE + 0.1) * iod)[None]])
+    x0, y0 = np.floor(roi_pts.min(0)).astype(int) - 2
+    x1, y1 = np.ceil(roi_pts.max(0)).astype(int) + 3
+    x0, x1 = max(int(x_all[0]) - 2, x0, 0), min(int(x_all[1]) + 3, x1, s)
+    return MouthGeometry(origin=origin, ex=ex, ey=ey, iod=iod, u0=u0, half_w=half_w, col_u=col_u[order],
+                         gap_ref=gap[order], v_up=v[up][order], v_nose=float(v[NOSE_BASE]),
+                         v_chin=float(v[CHIN]), lip_rgb=sample(lip_pts), skin_rgb=sample(p[list(CHEEKS)]),
+                         roi=(x0, max(y0, 0), x1, min(y1, s)))
+
+
+@dataclass
+class MouthPose:
+    """Driven controls for one frame (0..1, see speech_drive.MouthParams)."""
+    jaw_open: float
+    lip_open: float
+    width: float
+    round: float
+
+
+def _profile(g: MouthGeometry, u: np.ndarray) -> np.ndarray:
+    """Elliptic opening profile: 1 at the mouth centre, 0 at (and beyond) the inner corners."""
+    x = (u - g.u0) / g.half_w
+    return np.sqrt(np.clip(1.0 - x * x, 0.0, 1.0)) ** 0.8
+
+
+def _fields(g: MouthGeometry, pose: MouthPose, u: np.ndarray, v: np.ndarray, lower: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Forward displacement (du, dv) in px at reference points (u, v) for the upper or lower layer."""
+    gap_u = np.interp(u, g.col_u, g.gap_ref, left=0.0, right=0.0)
+    gap_t = pose.lip_open * GAP_MAX * g.iod * _profile(g, u)
+    # horizontal: corners out (spread) or in (round); fades within ~2 half-widths and vertically
+    k = pose.width * SPREAD_GAIN - pose.round * ROUND_GAIN
+    x = (u - g.u0) / (2.2 * g.half_w)
+    du = k * (u - g.u0) * np.clip(1.0 - x * x, 0.0, 1.0) ** 2 * np.exp(-0.5 * (v / (0.28 * g.iod)) ** 2)
+    if not lower:
+        v_lip = np.interp(u, g.col_u, g.v_up)
+        w = _smoothstep((v - g.v_nose) / np.maximum(v_lip - g.v_nose, 1.0))
+        dv = (ALPHA * gap_u - BETA * gap_t) * w
+        return du, dv
+    lip = -(1.0 - ALPHA) * gap_u + (1.0 - BETA) * gap_t
+    gap_c = float(np.interp(g.u0, g.col_u, g.gap_ref))
+    # the jaw: drop to the driven opening, minus the reference's own drop (~ its lip gap)
+    jaw_d = pose.jaw_open * JAW_MAX * g.iod - 0.8 * (1.0 - ALPHA) * gap_c
+    xj = (u - g.u0) / (JAW_HALF_WIDTH * g.iod)
+    jaw = jaw_d * np.clip(1.0 - xj * xj, 0.0, 1.0) ** 2
+    depth = max(g.v_chin, 1.0)
+    wj = _smoothstep(v / (0.55 * depth))
+    neck = 1.0 - _smoothstep((v - depth) / (NECK_FADE * g.iod))
+    return du, (lip * (1.0 - wj) + jaw * wj) * neck
+
+
+def drive_landmarks(g: MouthGeometry, lms: np.ndarray, pose: MouthPose) -> np.ndarray:
+    """The reference crop landmarks [468, 2] moved by the forward fields (lip points by their side;
+    other points by which side of the reference's closed lip line they are on)."""
+    p = np.asarray(lms, np.float64)[:, :2]
+    u, v = g.to_uv(p)
+    v_closed = np.interp(u, g.col_u, g.v_up + ALPHA * g.gap_ref)
+    lower = v > v_closed
+    lower[list(UPPER_SET)] = False
+    lower[list(LOWER_SET)] = True
+    out = p.copy()
+    for side in (False, True):
+        sel = lower == side
+        du, dv = _fields(g, pose, u[sel], v[sel], side)
+        out[sel] = g.from_uv(u[sel] + du, v[sel] + dv)
+    return out
+
+
+def _remap(src: np.ndarray, map_x: np.ndarray, map_y: np.ndarray) -> np.ndarray:
+    """Bilinear sample of src [S, S, 3] at continuous coords (map_x, map_y) -> float32 [h, w, 3]."""
+    cv2 = _align._cv2
+    if cv2 is not None:
+        return cv2.remap(src, (map_x - 0.5).astype(np.float32), (map_y - 0.5).astype(np.float32),
+                         interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float32)
+    h, w = src.shape[:2]
+    x, y = map_x - 0.5, map_y - 0.5
+    x0, y0 = np.floor(x).astype(np.int64), np.floor(y).astype(np.int64)
+    fx, fy = (x - x0)[..., None], (y - y0)[..., None]
+    out = np.zeros(map_x.shape + (src.shape[2],), np.float32)
+    for dy, wy in ((0, 1 - fy), (1, fy)):
+        for dx, wx in ((0, 1 - fx), (1, fx)):
+            out += (wx * wy) * src[np.clip(y0 + dy, 0, h - 1), np.clip(x0 + dx, 0, w - 1)]
+    return out
+
+
+def _interior(g: MouthGeometry, pose: MouthPose, u: np.ndarray, v: np.ndarray, v_top: np.ndarray,
+              v_bot: np.ndarray) -> np.ndarray:
+    """RGB float [h, w, 3] of the mouth interior at output points (u, v) between the curves."""
+    gap = np.maximum(v_bot - v_top, 1e-3)
+    depth = np.clip((v - v_top) / gap, 0.0, 1.0)  # 0 at the upper lip, 1 at the lower
+    lateral = np.clip(np.abs(u - g.u0) / g.half_w, 0.0, 1.0)
+    dark = g.lip_rgb * 0.16 + 4.0
+    # darkest in the middle of the opening, lighter (lit by the lips) near the lip edges
+    shade = 0.55 + 0.45 * (np.abs(depth - 0.55) / 0.55) ** 2 + 0.35 * lateral ** 2
+    col = dark[None, None, :] * shade[..., None]
+    # tongue: a warm, dim band at the bottom of a well-opened mouth
+    tongue = np.clip((depth - 0.6) / 0.4, 0, 1) * np.clip((gap / g.iod - 0.05) / 0.06, 0, 1) * (1 - lateral ** 2)
+    col = col + tongue[..., None] * (g.lip_rgb * 0.45 - col)
+    # upper teeth: a band under the upper lip, a fraction of the opening, fading to the corners
+    teeth_h = np.minimum(0.42 * gap, 0.065 * g.iod)
+    below = v - v_top
+    band = np.clip((teeth_h - below) / 1.2 + 0.5, 0, 1) * np.clip(below / 1.0 + 0.3, 0, 1)
+    show = np.clip((gap / g.iod - 0.025) / 0.04, 0, 1) * np.clip(1.0 - lateral ** 3, 0, 1) * 0.85
+    brightness = float(np.mean(g.skin_rgb)) / 180.0
+    teeth = np.array([232.0, 226.0, 212.0]) * np.clip(brightness, 0.55, 1.05)
+    teeth = teeth * (0.78 + 0.22 * np.clip(below / np.maximum(teeth_h, 1e-3), 0, 1))[..., None]
+    a = (band * show)[..., None]
+    return col * (1 - a) + teeth * a
+
+
+def render_mouth(crop: np.ndarray, g: MouthGeometry, pose: MouthPose, iterations: int = 4) -> np.ndarray:
+    """The crop [S, S, 3] uint8 with its mouth re-posed; pixels outside g.roi are unchanged."""
+    x0, y0, x1, y1 = g.roi
+    out = crop.copy()
+    if x1 <= x0 or y1 <= y0:
+        return out
+    yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float64) + 0.5
+    d = np.stack([xx, yy], -1) - g.origin
+    u, v = d @ g.ex, d @ g.ey
+    # target inner-lip curves (forward-mapped reference columns)
+    du_t, dv_t = _fields(g, pose, g.col_u, g.v_up, lower=False)
+    top_u, top_v = g.col_u + du_t, g.v_up + dv_t
+    v_lo_ref = g.v_up + g.gap_ref
+    du_b, dv_b = _fields(g, pose, g.col_u, v_lo_ref, lower=True)
+    bot_u, bot_v = g.col_u + du_b, v_lo_ref + dv_b
+    v_top = np.interp(u, top_u, top_v)
+    v_bot = np.interp(u, bot_u, np.maximum(bot_v, top_v))
+    divider = np.interp(u, (top_u + bot_u) / 2, (top_v + np.maximum(bot_v, top_v)) / 2)
+    lower = v > divider
+    # backward map: solve q = s + d(s) by fixed-point iteration, per layer
+    su, sv = u.copy(), v.copy()
+    for _ in range(iterations):
+        du_l, dv_l = _fields(g, pose, su, sv, True)
+        du_u, dv_u = _fields(g, pose, su, sv, False)
+        su = u - np.where(lower, du_l, du_u)
+        sv = v - np.where(lower, dv_l, dv_u)
+    src = g.origin + su[..., None] * g.ex + sv[..., None] * g.ey
+    warped = _remap(crop, src[..., 0], src[..., 1])
+    # interior between the target curves, inside the corners (1 px anti-aliased edges)
+    inside_w = np.abs(u - (top_u[0] + top_u[-1]) / 2) < (top_u[-1] - top_u[0]) / 2
+    alpha = np.clip(np.minimum(v - v_top, v_bot - v) + 0.5, 0.0, 1.0) * inside_w
+    if alpha.any():
+        interior = _interior(g, pose, u, v, v_top, v_bot)
+        warped = warped * (1 - alpha[..., None]) + interior * alpha[..., None]
+    out[y0:y1, x0:x1] = np.clip(np.rint(warped), 0, 255).astype(np.uint8)
+    return out

@@ -1,0 +1,111 @@
+"""`portrait`: zero-shot talking head. Animates the mouth of any face (photo or video) from speech.
+
+No weights: speech_drive turns the waveform into per-frame jaw/lip/width/round controls, and
+mouth_render re-poses the mouth in each aligned crop (warp + rendered interior). Only the
+lower-face mask region of each frame changes; a video keeps its own head motion and blinks.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+
+from ...vision import align as _align
+from ...vision.faces import apply_affines, invert_affines
+from ...vision.paste import lower_face_mask
+from .driver import (TalkingHeadResult, frame_schedule, output_frame_count, render_frames, schedule_track,
+                     validate_audio, validate_track)
+from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, render_mouth
+from .speech_drive import mouth_params
+
+MODEL_NAME = "portrait"
+# The mask grows past the jaw line (fraction of mouth->silhouette distance) so a dropped chin and
+# the neck region its warp compresses stay inside; the warp is zero at the mask's edge.
+MASK_JAW_MARGIN = 0.30
+
+
+def _backend_name() -> str:
+    return "numpy+opencv" if _align._cv2 is not None else "numpy"
+
+
+def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
+                     loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
+                     batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
+    """Animate `track` (DH_FACES) with `audio` (mono float32 [T], or [C, T] / [B, C, T]).
+
+    fps: output frame rate (None/0 = the track's own). Output frames = ceil(audio seconds x fps).
+    loop_mode: how a video reference covers audio longer than itself ("loop", "ping-pong", "hold").
+    strength: mouth-motion amplitude (1 = default). batch_size: frames per progress step.
+    progress(done, total) after each batch; should_stop() -> True aborts with InterruptedError."""
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    validate_track(track)
+    wave = validate_audio(audio, sample_rate, max_audio_seconds)
+    if not 0.0 <= strength <= 3.0:
+        raise ValueError(f"strength must be in 0..3 (1 = natural), got {strength}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    fps = float(fps) if fps and fps > 0 else float(track.fps)
+    n_out = output_frame_count(len(wave) / float(sample_rate), fps)
+    idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
+    sched = schedule_track(track, idx, fps)
+    params = mouth_params(wave, int(sample_rate), fps, n_out).scaled(strength)
+    timings["drive"] = time.perf_counter() - t0
+
+    warnings: list[str] = []
+    lost = int(np.count_nonzero(~track.found[np.unique(idx)]))
+    if lost:
+        warnings.append(f"{lost} reference frame(s) used have no detected face (interpolated landmarks); "
+                        "their mouths follow the interpolated position")
+    if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
+        warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
+                        f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
+
+    size = track.crop_size
+    crop_lms = track.crop_landmarks()
+    geoms: dict[int, MouthGeometry] = {}
+    masks: dict[int, np.ndarray] = {}
+    crops = np.empty((n_out, size, size, 3), np.uint8)
+    lms_out = sched.landmarks.copy()
+    frames = np.empty_like(sched.frames)
+    t_render = t_paste = 0.0
+    inv = invert_affines(sched.affines)
+    for start in range(0, n_out, batch_size):
+        if should_stop is not None and should_stop():
+            raise InterruptedError(f"talking head interrupted after {start} of {n_out} frames")
+        stop = min(start + batch_size, n_out)
+        t1 = time.perf_counter()
+        for i in range(start, stop):
+            r = int(idx[i])
+            if r not in geoms:
+                geoms[r] = mouth_geometry(track.crops[r], crop_lms[r])
+                masks[r] = lower_face_mask(crop_lms[r], size, jaw_margin=MASK_JAW_MARGIN)
+            pose = MouthPose(float(params.jaw_open[i]), float(params.lip_open[i]), float(params.width[i]),
+                             float(params.round[i]))
+            crops[i] = render_mouth(track.crops[r], geoms[r], pose)
+            lms_out[i, :, :2] = apply_affines(drive_landmarks(geoms[r], crop_lms[r], pose), inv[i])
+        t2 = time.perf_counter()
+        batch = schedule_track(sched, np.arange(start, stop))
+        frames[start:stop] = render_frames(batch, crops[start:stop], np.stack([masks[int(r)] for r in idx[start:stop]]))
+        t_render += t2 - t1
+        t_paste += time.perf_counter() - t2
+        if progress is not None:
+            progress(stop, n_out)
+    timings.update(render=t_render, paste=t_paste, total=time.perf_counter() - t0)
+    out_track = replace(sched, frames=frames, crops=crops, landmarks=lms_out.astype(np.float32),
+                        warnings=list(sched.warnings) + warnings)
+    return TalkingHeadResult(frames=frames, track=out_track, model=MODEL_NAME, backend=_backend_name(),
+                             timings=timings, warnings=warnings, frames_generated=n_out)
+
+
+def portrait_masks(track, idx: np.ndarray) -> np.ndarray:
+    """The crop-space masks [M, S, S] animate_portrait pastes through, for schedule `idx`
+    (what the PSNR-outside-mask check needs)."""
+    lms = track.crop_landmarks()
+    cache: dict[int, np.ndarray] = {}
+    for r in np.unique(idx):
+        cache[int(r)] = lower_face_mask(lms[int(r)], track.crop_size, jaw_margin=MASK_JAW_MARGIN)
+    return np.stack([cache[int(r)] for r in idx])

@@ -1,0 +1,394 @@
+"""TrainAvatar logic: fit the `clone` generator to one person's talking footage and save DH_AVATAR.
+
+Data: every frame with a found face gives (target crop region, audio window centred on the frame).
+The reference for a target is another frame of the same video at least `ref_gap_s` away (so its
+mouth says nothing about the target's), or - a third of the time - the avatar's fixed neutral
+frame, which is what inference uses. The generator sees the target with its lower face blanked
+(clone_model), so the mouth shape can only come from the audio.
+
+Losses (no pretrained networks are available offline): L1 over the hole with extra weight on the
+mouth box of the target's landmarks (the lips are a small part of the hole but all of the metric),
+plus 1 - SSIM over the hole for structure (teeth/lip edges that plain L1 blurs).
+
+Runs on CUDA (bf16 autocast) or CPU (slowly; a time estimate is reported after a few steps).
+State is checkpointed every `checkpoint_every` steps and on interruption; `resume=True` continues
+a checkpoint of the same footage and config.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Callable
+
+import numpy as np
+
+from ...vision.faces import FaceTrack, NoFaceError
+from .audio_features import MelConfig, windows_for_frames
+from .avatar_store import AvatarInfo, avatar_dir, sanitize_name, write_meta, write_reference
+from .clone_model import CloneGenerator, GeneratorConfig, crops_to_regions, export_generator_onnx, save_generator
+
+log = logging.getLogger("digital_human.train_avatar")
+
+MIN_SECONDS = 20.0
+MOUTH_POINTS = (0, 13, 14, 17, 37, 39, 40, 61, 78, 80, 81, 82, 84, 87, 88, 91, 95, 146, 178, 181, 185, 191,
+                267, 269, 270, 291, 308, 310, 311, 312, 314, 317, 318, 321, 324, 375, 402, 405, 409, 415)
+GAP_PAIRS = ((81, 178), (82, 87), (13, 14), (312, 317), (311, 402))
+RIGID_POINTS = (33, 263, 133, 362, 168, 6, 197, 195, 5, 4, 1, 2, 98, 327, 116, 345, 9, 151)
+CPU_CONFIG = GeneratorConfig(crop_size=128, base_channels=16)  # ~16x cheaper than the 256-px default
+GPU_CONFIG = GeneratorConfig()
+
+
+class TrainingInterrupted(RuntimeError):
+    """Training stopped on request; the checkpoint holds the progress (run again with resume)."""
+
+
+class FootageError(ValueError):
+    """The training footage or its audio is unusable (too short, no face, no audio)."""
+
+
+# --- data --------------------------------------------------------------------------------------
+@dataclass
+class CloneData:
+    """Everything training needs, already at the generator's crop size."""
+
+    regions: np.ndarray        # uint8 [N, 3, h, w]
+    windows: np.ndarray        # float32 [N, 1, mels, T]
+    mouth_boxes: np.ndarray    # float32 [N, 4] y0, y1, x0, x1 in region pixels (loss weighting)
+    usable: np.ndarray         # int64 indices of frames with a found face (targets and references)
+    neutral: int               # index of the neutral reference frame
+    fps: float
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for arr in (self.regions[:: max(1, len(self.regions) // 16)], self.windows[:: max(1, len(self.windows) // 16)],
+                    self.usable):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        h.update(f"{len(self.regions)}|{self.fps}".encode())
+        return h.hexdigest()[:24]
+
+
+def mouth_opening(crop_landmarks: np.ndarray) -> np.ndarray:
+    lm = np.asarray(crop_landmarks, np.float64)
+    gap = np.linalg.norm(lm[:, [b for _, b in GAP_PAIRS], :2] - lm[:, [a for a, _ in GAP_PAIRS], :2], axis=-1).mean(-1)
+    iod = np.linalg.norm(lm[:, 263, :2] - lm[:, 33, :2], axis=-1)
+    return gap / np.maximum(iod, 1e-6)
+
+
+def pick_neutral_frame(crop_landmarks: np.ndarray, usable: np.ndarray) -> int:
+    """A frame with the typical head pose and a slightly open mouth (lips apart a little shows the
+    teeth's colour; a wide-open one would look odd as the resting mouth)."""
+    lm = np.asarray(crop_landmarks, np.float64)[usable]
+    rigid = lm[:, list(RIGID_POINTS), :2]
+    pose_dev = np.linalg.norm(rigid - np.median(rigid, axis=0), axis=-1).mean(-1)
+    opening = mouth_opening(lm)
+    target = np.percentile(opening, 30)
+    score = pose_dev / max(float(np.median(pose_dev)), 1e-6) + np.abs(opening - target) / max(float(opening.std()), 1e-6)
+    return int(usable[int(np.argmin(score))])
+
+
+def mouth_boxes(crop_landmarks: np.ndarray, config: GeneratorConfig, grow: float = 0.35) -> np.ndarray:
+    """[N, 4] mouth box (y0, y1, x0, x1) per frame in region pixels, grown by `grow` each side."""
+    y0, _, x0, _ = config.region_box()
+    pts = np.asarray(crop_landmarks, np.float64)[:, list(MOUTH_POINTS), :2]
+    lo, hi = pts.min(1), pts.max(1)
+    pad = (hi - lo) * grow
+    lo, hi = lo - pad, hi + pad
+    return np.stack([lo[:, 1] - y0, hi[:, 1] - y0, lo[:, 0] - x0, hi[:, 0] - x0], axis=1).astype(np.float32)
+
+
+def crops_at_size(track: FaceTrack, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(crops uint8 [N, size, size, 3], crop landmarks [N, 468, 2]) at `size` px, re-warped from the
+    source frames when the track was aligned at another crop size (same geometry, scaled)."""
+    if track.crop_size == size:
+        return track.crops, track.crop_landmarks()
+    from ...vision.align import crop_frames
+    from ...vision.faces import apply_affines
+
+    affines = np.asarray(track.affines, np.float64) * (size / float(track.crop_size))
+    return crop_frames(track.frames, affines, size), apply_affines(track.landmarks[..., :2], affines).astype(np.float32)
+
+
+def prepare_data(crops: np.ndarray, crop_landmarks: np.ndarray, found: np.ndarray, windows: np.ndarray,
+                 fps: float, config: GeneratorConfig) -> CloneData:
+    if crops.shape[1] != config.crop_size:
+        raise ValueError(f"crops are {crops.shape[1]} px but the generator expects {config.crop_size} px")
+    usable = np.flatnonzero(np.asarray(found, bool)[: len(windows)])
+    return CloneData(regions=crops_to_regions(crops, config), windows=np.asarray(windows, np.float32),
+                     mouth_boxes=mouth_boxes(crop_landmarks, config), usable=usable.astype(np.int64),
+                     neutral=pick_neutral_frame(crop_landmarks, usable), fps=float(fps))
+
+
+def check_footage(track: FaceTrack, audio: np.ndarray | None, sample_rate: int | None,
+                  min_seconds: float = MIN_SECONDS) -> np.ndarray:
+    """Validate TrainAvatar's inputs; returns mono float32 audio. Raises FootageError/NoFaceError."""
+    from .audio_features import to_mono
+
+    if not isinstance(track, FaceTrack) or len(track) == 0:
+        raise NoFaceError("TrainAvatar needs DH_FACES of a talking video (run FaceAlign on the video first)")
+    if len(track) < 2:
+        raise FootageError("TrainAvatar needs a video, not a photo: DH_FACES has 1 frame; give >= "
+                           f"{min_seconds:g} s of talking footage of the person")
+    found = np.asarray(track.found, bool)
+    if not found.any():
+        raise NoFaceError(f"no face was found in any of the {len(track)} frames; TrainAvatar needs footage with "
+                          "a visible frontal face")
+    fps = float(track.fps)
+    if not fps > 0:
+        raise FootageError(f"DH_FACES has no valid fps ({track.fps}); run FaceAlign with the video's frame rate")
+    seconds = found.sum() / fps
+    if seconds < min_seconds:
+        raise FootageError(f"too little footage: {seconds:.1f} s with a face found ({int(found.sum())} of "
+                           f"{len(track)} frames at {fps:g} fps); TrainAvatar needs at least {min_seconds:g} s "
+                           "of the person talking")
+    if audio is None or sample_rate is None:
+        raise FootageError("no AUDIO given: TrainAvatar needs the video's own soundtrack (connect the AUDIO "
+                           "output of the video loader)")
+    mono = to_mono(audio, "audio")
+    if int(sample_rate) <= 0:
+        raise FootageError(f"audio sample_rate must be positive, got {sample_rate}")
+    if mono.size == 0 or float(np.abs(mono).max(initial=0.0)) < 1e-4:
+        raise FootageError("the AUDIO is empty or silent; TrainAvatar needs the video's own speech track")
+    audio_s, video_s = mono.size / float(sample_rate), len(track) / fps
+    if audio_s < video_s - max(0.25, 2.0 / fps):
+        raise FootageError(f"the audio ({audio_s:.2f} s) is shorter than the video ({video_s:.2f} s); give the "
+                           "video's own full soundtrack, or trim the video to the audio")
+    return mono
+
+
+# --- losses ------------------------------------------------------------------------------------
+def _ssim_map(x, y, window: int = 7):
+    import torch.nn.functional as F
+
+    pad = window // 2
+    mu_x = F.avg_pool2d(x, window, 1, pad, count_include_pad=False)
+    mu_y = F.avg_pool2d(y, window, 1, pad, count_include_pad=False)
+    sxx = F.avg_pool2d(x * x, window, 1, pad, count_include_pad=False) - mu_x ** 2
+    syy = F.avg_pool2d(y * y, window, 1, pad, count_include_pad=False) - mu_y ** 2
+    sxy = F.avg_pool2d(x * y, window, 1, pad, count_include_pad=False) - mu_x * mu_y
+    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    return ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x ** 2 + mu_y ** 2 + c1) * (sxx + syy + c2))
+
+
+def clone_loss(pred, target, hole, boxes, mouth_weight: float = 4.0, ssim_weight: float = 0.5):
+    """(total, l1) - L1 over the hole, mouth box weighted up, + ssim_weight * (1 - SSIM) over the hole."""
+    import torch
+
+    _, _, h, w = pred.shape
+    ys = torch.arange(h, device=pred.device, dtype=torch.float32)[None, :, None]
+    xs = torch.arange(w, device=pred.device, dtype=torch.float32)[None, None, :]
+    b = boxes.float()
+    in_box = ((ys >= b[:, 0, None, None]) & (ys <= b[:, 1, None, None]) &
+              (xs >= b[:, 2, None, None]) & (xs <= b[:, 3, None, None])).float()[:, None]
+    weight = hole * (1.0 + mouth_weight * in_box)
+    diff = (pred.float() - target.float()).abs()
+    l1 = (diff * weight).sum() / (weight.sum() * 3.0)
+    ssim = _ssim_map(pred.float(), target.float())
+    s = (ssim * hole).sum() / (hole.sum() * 3.0 * pred.shape[0])
+    return l1 + ssim_weight * (1.0 - s), l1
+
+
+# --- training loop -------------------------------------------------------------------------------
+@dataclass
+class FitResult:
+    model: CloneGenerator
+    steps: int
+    loss: float
+    seconds: float
+    device: str
+    history: list[tuple[int, float, float]]  # (step, seconds, loss EMA)
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' was asked for but torch sees no CUDA GPU; use 'auto' or 'cpu'")
+    return device
+
+
+def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = None,
+              time_budget_s: float | None = None, device: str = "auto", batch_size: int | None = None,
+              lr: float = 5e-4, seed: int = 0, ref_gap_s: float = 1.0, neutral_prob: float = 1 / 3,
+              progress: Callable[[int, int, float], None] | None = None,
+              should_stop: Callable[[], bool] | None = None, status: Callable[[str], None] | None = None,
+              checkpoint_path=None, checkpoint_every: int = 250, resume: bool = True,
+              monitor: Callable[[CloneGenerator, int, float], bool | None] | None = None,
+              monitor_every: int = 0) -> FitResult:
+    """Train (or continue training) the generator on prepared data. Stops at `steps` total steps or
+    after `time_budget_s` seconds of training (whichever first), or when `monitor` returns True."""
+    import torch
+
+    dev = resolve_device(device)
+    if steps is not None and int(steps) < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if time_budget_s is not None and not time_budget_s > 0:
+        raise ValueError(f"time_budget_s must be > 0 seconds, got {time_budget_s}")
+    if steps is None and time_budget_s is None:
+        steps = 3000 if dev == "cuda" else 800
+    bs = int(batch_size or (32 if dev == "cuda" else 8))
+    if bs < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if len(data.usable) < 2:
+        raise FootageError("need at least 2 frames with a face to train")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = CloneGenerator(config).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.5, 0.999))
+    fingerprint = f"{data.fingerprint()}|{config}"
+    step, elapsed, ema, history = 0, 0.0, None, []
+    if resume and checkpoint_path is not None and checkpoint_path.is_file():
+        state = torch.load(checkpoint_path, map_location=dev, weights_only=True)
+        if state.get("fingerprint") == fingerprint:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+            step, elapsed, ema = int(state["step"]), float(state["elapsed"]), float(state["loss"])
+            rng = np.random.default_rng(seed + step)
+            _say(status, f"resuming from step {step} ({elapsed:.0f} s trained so far)")
+        else:
+            _say(status, "checkpoint is for other footage or settings; starting fresh")
+
+    def save_checkpoint() -> None:
+        if checkpoint_path is None:
+            return
+        tmp = checkpoint_path.with_name(checkpoint_path.name + ".partial")
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
+                    "loss": float(ema if ema is not None else float("nan")), "fingerprint": fingerprint}, tmp)
+        tmp.replace(checkpoint_path)
+
+    regions = torch.from_numpy(data.regions).to(dev)
+    windows = torch.from_numpy(data.windows).to(dev)
+    boxes = torch.from_numpy(data.mouth_boxes).to(dev)
+    hole = model.hole
+    usable = data.usable
+    gap = max(1, int(round(ref_gap_s * data.fps)))
+    if np.ptp(usable) < 2 * gap:
+        gap = max(1, int(np.ptp(usable) // 3))  # tiny clips (tests): keep references as far as possible
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev == "cuda")
+    total = int(steps) if steps is not None else None
+    start_step, t0 = step, time.perf_counter()
+    estimate_said = False
+    model.train()
+    while True:
+        run_s = elapsed + (time.perf_counter() - t0)
+        if total is not None and step >= total:
+            break
+        if time_budget_s is not None and run_s - 0.0 >= time_budget_s and step > start_step:
+            break
+        frac = max(step / total if total else 0.0, run_s / time_budget_s if time_budget_s else 0.0)
+        for group in opt.param_groups:  # cosine decay to 5 % by the end of the steps or the budget
+            group["lr"] = lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        tgt = rng.choice(usable, bs)
+        ref = rng.choice(usable, bs)
+        far = np.abs(ref - tgt) >= gap
+        for _ in range(8):  # re-draw references too close in time
+            if far.all():
+                break
+            ref[~far] = rng.choice(usable, int((~far).sum()))
+            far = np.abs(ref - tgt) >= gap
+        use_neutral = (rng.random(bs) < neutral_prob) & (np.abs(tgt - data.neutral) >= gap)
+        ref[use_neutral] = data.neutral
+        ti, ri = torch.from_numpy(tgt).to(dev), torch.from_numpy(ref).to(dev)
+        gain = torch.empty(bs, 1, 1, 1, device=dev).uniform_(0.85, 1.15)  # lighting jitter, same for all inputs
+        target = (regions[ti].float() / 255.0 * gain).clamp(0, 1)
+        reference = (regions[ri].float() / 255.0 * gain).clamp(0, 1)
+        with autocast:
+            pred = model(target, reference, windows[ti])
+        loss, l1 = clone_loss(pred, target, hole, boxes[ti])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        step += 1
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise RuntimeError(f"training diverged at step {step} (loss {value}); try a lower lr or another seed")
+        ema = value if ema is None else 0.95 * ema + 0.05 * value
+        now = elapsed + (time.perf_counter() - t0)
+        if step % 10 == 0 or step == total:
+            history.append((step, now, ema))
+        shown_total = total if total is not None else max(step + 1, int(step * time_budget_s / max(now, 1e-6)))
+        if not estimate_said and step - start_step == 5:
+            per_step = (time.perf_counter() - t0) / 5
+            remaining = (total - step) * per_step if total else time_budget_s - now
+            _say(status, f"training on {dev}: {per_step:.2f} s/step, about {remaining / 60:.1f} min to go "
+                 f"({shown_total} steps, batch {bs})")
+            estimate_said = True
+        try:
+            if progress is not None:
+                progress(step, shown_total, ema)
+            if should_stop is not None and should_stop():
+                raise TrainingInterrupted(f"training stopped at step {step}; run TrainAvatar again (resume on) "
+                                          "to continue from the checkpoint")
+        except BaseException:
+            elapsed = now
+            save_checkpoint()
+            raise
+        if checkpoint_every and step % checkpoint_every == 0:
+            elapsed, t0 = now, time.perf_counter()
+            save_checkpoint()
+        if monitor is not None and monitor_every and step % monitor_every == 0:
+            paused = time.perf_counter()
+            model.eval()
+            done = bool(monitor(model, step, now))
+            model.train()
+            t0 += time.perf_counter() - paused  # evaluation time is not training time
+            if done:
+                break
+    elapsed = elapsed + (time.perf_counter() - t0)
+    save_checkpoint()
+    model.eval()
+    return FitResult(model, step, float(ema if ema is not None else float("nan")), elapsed, dev, history)
+
+
+def _say(status: Callable[[str], None] | None, text: str) -> None:
+    log.info("[digital_human] TrainAvatar: %s", text)
+    if status is not None:
+        status(text)
+
+
+# --- the node's entry point -----------------------------------------------------------------------
+def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: str, *, steps: int | None = None,
+                 time_budget_s: float | None = None, device: str = "auto", batch_size: int | None = None,
+                 config: GeneratorConfig | None = None, mel_config: MelConfig = MelConfig(),
+                 progress: Callable[[int, int, float], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None, status: Callable[[str], None] | None = None,
+                 resume: bool = True, seed: int = 0, min_seconds: float = MIN_SECONDS,
+                 checkpoint_every: int = 250, lr: float = 5e-4) -> AvatarInfo:
+    """Train the `clone` generator on one person's talking video (DH_FACES + its own audio) and save
+    the avatar under `<models>/avatars/<name>/`. Returns the DH_AVATAR."""
+    clean = sanitize_name(name)
+    mono = check_footage(track, audio, sample_rate, min_seconds)
+    dev = resolve_device(device)
+    if config is None:
+        config = GPU_CONFIG if dev == "cuda" else CPU_CONFIG
+    if config.audio_columns != mel_config.window_columns or config.n_mels != mel_config.n_mels:
+        config = replace(config, audio_columns=mel_config.window_columns, n_mels=mel_config.n_mels)
+    crops, lms = crops_at_size(track, config.crop_size)
+    windows = windows_for_frames(mono, int(sample_rate), track.fps, len(track), mel_config)
+    data = prepare_data(crops, lms, track.found, windows, track.fps, config)
+    folder = avatar_dir(clean, create=True)
+    fit = fit_clone(data, config, steps=steps, time_budget_s=time_budget_s, device=dev, batch_size=batch_size,
+                    lr=lr, seed=seed, progress=progress, should_stop=should_stop, status=status,
+                    checkpoint_path=folder / "checkpoint.pt", checkpoint_every=checkpoint_every, resume=resume)
+    model = fit.model.float().cpu()
+    save_generator(model, folder / "generator.safetensors")
+    report = export_generator_onnx(model, folder / "generator.onnx")
+    write_reference(folder, crops[data.neutral], lms[data.neutral])
+    meta = {
+        "name": clean, "model": "clone", "crop_size": config.crop_size, "generator": config.to_dict(),
+        "audio_features": mel_config.to_dict(), "steps": fit.steps, "loss": fit.loss,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source_fps": float(track.fps),
+        "frames": int(len(track)), "footage_seconds": float(len(data.usable) / track.fps),
+        "neutral_frame": int(data.neutral), "device": fit.device, "train_seconds": fit.seconds,
+        "onnx_parity_max_abs": report.max_abs_diff if report else None, "seed": seed,
+    }
+    write_meta(folder, meta)
+    _say(status, f"saved avatar '{clean}' to {folder} ({fit.steps} steps, loss {fit.loss:.4f})")
+    return AvatarInfo(clean, folder, {"version": 1, **meta})
