@@ -14,15 +14,16 @@ def test_search_beats_best_bundled_voice_and_respects_budget():
     spread, low, high = timbre_statistics(voices)
     target = (low + high) / 2 + 0.3 * spread  # a timbre between the bundled voices
 
-    def score(pack):
+    def score(pack, f0):
         timbre = pack.reshape(-1, 256)[:, :128].mean(axis=0)
-        return float(-np.linalg.norm((timbre - target) / spread))
+        return float(-np.linalg.norm((timbre - target) / spread) - 5 * abs(np.log(f0 / 1.2)))
 
-    result = imitate(voices, score, budget=40, seed=1)
+    result = imitate(voices, score, budget=40, seed=1, pitch_match={name: 1.2 for name in voices})
     assert result.evaluations <= 40
     assert result.similarity > result.base_similarity
     assert result.base_similarity == max(result.voice_scores.values())
     assert np.all(np.diff(result.history) >= 0)  # best-so-far never gets worse
+    assert abs(result.f0_scale - 1.2) < 0.08  # pitch matching found the target pitch
 
 
 def test_offset_touches_only_timbre_half_and_strength_scales_it():
@@ -33,6 +34,6 @@ def test_offset_touches_only_timbre_half_and_strength_scales_it():
     assert np.allclose(moved[..., 128:], pack[..., 128:])
     assert np.allclose(moved[..., :128] - pack[..., :128], 1.0)
     voices = _voices(rng)
-    result = imitate(voices, lambda p: float(p[..., :128].mean()), budget=12)
+    result = imitate(voices, lambda p, f0: float(p[..., :128].mean()), budget=12)
     half = result.apply(voices[result.base_voice], strength=0.5)
     assert np.allclose(half[..., :128] - voices[result.base_voice][..., :128], result.timbre_offset * 0.5, atol=1e-6)

@@ -166,14 +166,39 @@ def test_input_validation(assets):
 
 def test_model_spec_profiles(assets):
     spec = synth.kokoro_model_spec("int8")
-    assert spec.onnx_path == assets.int8_onnx
+    assert spec.onnx_path == synth.int8_control_graph()
     assert spec.profiles["tokens"].min == (1, 3) and spec.profiles["tokens"].max == (1, 512)
-    assert spec.io_names() == (("tokens", "style", "speed"), ("audio",))
+    assert spec.io_names() == (("tokens", "style", "speed", "f0_scale"), ("audio",))
     with pytest.raises(ValueError, match="int8"):
         synth.kokoro_model_spec("fp8")
 
 
 def test_float_spec_prefers_int8_on_cpu(assets, float_path):
     spec = synth.kokoro_model_spec("fp32")
-    assert spec.onnx_path == float_path and spec.cpu_onnx_path == assets.int8_onnx
-    assert spec.torch_factory is not None and spec.fp32_inputs == ("tokens", "speed")
+    assert spec.onnx_path == float_path and spec.cpu_onnx_path == synth.int8_control_graph()
+    assert spec.torch_factory is not None and spec.fp32_inputs == ("tokens", "speed", "f0_scale")
+
+
+def test_pitch_control_scales_f0_and_is_exact_at_one(assets):
+    """f0_scale=1 reproduces the shipped graph; 0.8 lowers the measured pitch by about that factor."""
+    import librosa
+
+    from digital_human.text import phonemize
+
+    text = "The weather today is really lovely, and we should go for a long walk in the park."
+    ids = synth.tokens_from_phonemes(phonemize(text, "en")[0].phonemes, assets.vocab)
+    style = synth.style_for(assets.voices["jm_kumo"], len(ids))
+    original = synth.synthesize(ids, style, 1.0, synth.ort_cpu_runner(assets.int8_onnx))
+    controlled = synth.ort_cpu_runner(synth.int8_control_graph())
+    same = synth.synthesize(ids, style, 1.0, controlled, f0_scale=1.0)
+    assert len(same) == len(original) and np.abs(same - original).max() < 1e-4
+    low = synth.synthesize(ids, style, 1.0, controlled, f0_scale=0.75)
+
+    def median_f0(wave):
+        f0, voiced, _ = librosa.pyin(wave, fmin=50, fmax=400, sr=24000, frame_length=2048)
+        return float(np.nanmedian(f0[voiced]))
+
+    ratio = median_f0(low) / median_f0(same)
+    assert 0.68 < ratio < 0.82, ratio  # measured 0.75 -> ~0.75 on this sentence
+    with pytest.raises(ValueError, match="f0_scale"):
+        synth.model_inputs(ids, style, 1.0, f0_scale=3.0)

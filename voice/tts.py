@@ -27,6 +27,7 @@ EDGE_FADE_S = 0.005  # tiny fades so joined chunks never click
 KEY_BASE_VOICE = "imitation_base_voice"
 KEY_OFFSET = "imitation_timbre_offset"
 KEY_SCORES = "imitation_voice_scores"
+KEY_F0 = "imitation_f0_scale"
 
 
 @dataclass
@@ -50,27 +51,31 @@ def bundled_voices() -> dict[str, np.ndarray]:
 
 
 def voice_pack_for(speaker: SpeakerProfile | None, base_voice: str = "auto",
-                   strength: float = 1.0) -> tuple[np.ndarray, str]:
-    """(voice pack [rows,1,256], label). Imitated voice when the speaker carries one, else a bundled voice."""
+                   strength: float = 1.0) -> tuple[np.ndarray, float, str]:
+    """(voice pack [rows,1,256], f0 scale, label): the imitated voice when the speaker carries one,
+    else a bundled voice at its own pitch."""
     voices = bundled_voices()
     if base_voice != "auto" and base_voice not in voices:
         raise ValueError(f"base voice '{base_voice}' is not bundled; choose auto or one of {sorted(voices)}")
     imitated_base = str(speaker.extras[KEY_BASE_VOICE]) if speaker and KEY_BASE_VOICE in speaker.extras else None
     if imitated_base and base_voice in ("auto", imitated_base):
+        strength = float(np.clip(strength, 0.0, 1.0))
         offset = np.asarray(speaker.extras[KEY_OFFSET], np.float32)
-        pack = apply_offset(voices[imitated_base], offset * float(np.clip(strength, 0.0, 1.0)))
-        return pack, f"{speaker.name or 'speaker'} (imitated from {imitated_base}, strength {strength:.2f})"
+        pack = apply_offset(voices[imitated_base], offset * strength)
+        f0 = float(speaker.extras.get(KEY_F0, np.array(1.0))) ** strength
+        return pack, f0, (f"{speaker.name or 'speaker'} (imitated from {imitated_base}, pitch x{f0:.2f}, "
+                          f"strength {strength:.2f})")
     if base_voice == "auto" and speaker is not None and KEY_SCORES in speaker.extras:
         scores = dict(zip(voices, np.asarray(speaker.extras[KEY_SCORES]).tolist()))
         base_voice = max(scores, key=scores.get)
     name = DEFAULT_VOICE if base_voice == "auto" else base_voice
-    return voices[name], name
+    return voices[name], 1.0, name
 
 
 def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, language: str = "auto",
                       speed: float = 1.0, backend: str = "auto", precision: str = "auto",
                       base_voice: str = "auto", imitation_strength: float = 1.0,
-                      voice_pack: np.ndarray | None = None,
+                      voice_pack: np.ndarray | None = None, f0_scale: float = 1.0,
                       progress: Callable[[int, int], None] | None = None) -> SpeechResult:
     """Synthesize `text`; raises the text frontend's clear errors for empty/unspeakable/unsupported text."""
     timings: dict[str, float] = {}
@@ -78,7 +83,7 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
     chunks = phonemize(text, language)
     timings["frontend"] = time.perf_counter() - start
     if voice_pack is None:
-        pack, label = voice_pack_for(speaker, base_voice, imitation_strength)
+        pack, f0_scale, label = voice_pack_for(speaker, base_voice, imitation_strength)
     else:
         pack, label = np.asarray(voice_pack, np.float32), "custom"
     start = time.perf_counter()
@@ -94,7 +99,7 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
         dropped: list[str] = []
         ids = tokenize(chunk.phonemes, vocab, dropped=dropped)
         if ids:
-            wave = synthesize(ids, style_for(pack, len(ids)), speed, runner)
+            wave = synthesize(ids, style_for(pack, len(ids)), speed, runner, f0_scale=f0_scale)
             pieces.append(_fade(wave))
         pieces.append(np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32))
         if progress:

@@ -6,6 +6,7 @@ phoneme string; `tokens_from_phonemes` maps it through Kokoro's vocabulary.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
@@ -14,7 +15,7 @@ from ..spec import ModelSpec, TensorProfile
 
 MAX_PHONEME_TOKENS = 510  # Kokoro's context is 512 positions, two of them the 0 pads
 STYLE_DIM = 256
-INPUT_NAMES = ("tokens", "style", "speed")
+INPUT_NAMES = ("tokens", "style", "speed", "f0_scale")
 OUTPUT_NAMES = ("audio",)
 
 RunFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
@@ -58,12 +59,12 @@ def kokoro_model_spec(kind: str = "fp32") -> ModelSpec:
         raise ValueError(f"kind must be 'int8' or 'fp32', got '{kind}'")
     assets = kokoro_assets()
     if kind == "int8":
-        onnx_path, cpu_path = assets.int8_onnx, None
+        onnx_path, cpu_path = int8_control_graph(), None
     else:
         from .graph_rewrite import float_graph
         from .torch_port import kokoro_torch_module
 
-        onnx_path, cpu_path = float_graph(), assets.int8_onnx
+        onnx_path, cpu_path = float_graph(), int8_control_graph()
     n_max = MAX_PHONEME_TOKENS + 2
     return ModelSpec(
         name=f"kokoro-82m-{kind}",
@@ -73,9 +74,10 @@ def kokoro_model_spec(kind: str = "fp32") -> ModelSpec:
             "tokens": TensorProfile(min=(1, 3), opt=(1, 128), max=(1, n_max)),
             "style": TensorProfile(min=(1, STYLE_DIM), opt=(1, STYLE_DIM), max=(1, STYLE_DIM)),
             "speed": TensorProfile(min=(1,), opt=(1,), max=(1,)),
+            "f0_scale": TensorProfile(min=(1,), opt=(1,), max=(1,)),
         },
         # int64 ids never change with precision; speed scales every predicted duration
-        fp32_inputs=("tokens", "speed"),
+        fp32_inputs=("tokens", "speed", "f0_scale"),
         fp16_mode="autocast",  # the harmonic source integrates phase: keep that part in FP32
         cuda_graphs=False,  # output length depends on predicted durations
         torch_auto_precision="fp32",  # H200: eager FP32 RTF 0.013 vs FP16 autocast 0.018 (launch-bound)
@@ -86,7 +88,16 @@ def kokoro_model_spec(kind: str = "fp32") -> ModelSpec:
     )
 
 
-def model_inputs(token_ids: list[int], style: np.ndarray, speed: float) -> dict[str, np.ndarray]:
+def int8_control_graph() -> Path:
+    """The shipped int8 graph plus the pitch control input (controls.py), cached next to it."""
+    from .assets import kokoro_assets
+    from .controls import controlled_copy
+
+    assets = kokoro_assets()
+    return controlled_copy(assets.int8_onnx, assets.int8_onnx.with_name("kokoro-v1.0.int8.ctl.onnx"), assets.sha256)
+
+
+def model_inputs(token_ids: list[int], style: np.ndarray, speed: float, f0_scale: float = 1.0) -> dict[str, np.ndarray]:
     """Validated graph feeds: tokens padded with 0 at both ends, as Kokoro was trained."""
     ids = [int(t) for t in token_ids]
     if not ids:
@@ -101,18 +112,22 @@ def model_inputs(token_ids: list[int], style: np.ndarray, speed: float) -> dict[
     style = np.asarray(style, dtype=np.float32).reshape(1, -1)
     if style.shape[1] != STYLE_DIM:
         raise ValueError(f"style must have {STYLE_DIM} values, got {style.shape[1]} (use style_for(voice, n))")
+    if not (0.5 <= float(f0_scale) <= 2.0):  # an octave either way; beyond, the vocoder breaks down
+        raise ValueError(f"f0_scale must be within 0.5..2.0, got {f0_scale}")
     if not (0.25 <= float(speed) <= 4.0):  # beyond this the duration predictor output is meaningless
         raise ValueError(f"speed must be within 0.25..4.0, got {speed}")
     return {
         "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
         "style": np.ascontiguousarray(style),
         "speed": np.array([speed], dtype=np.float32),
+        "f0_scale": np.array([f0_scale], dtype=np.float32),
     }
 
 
-def synthesize(token_ids: list[int], style: np.ndarray, speed: float, run_fn: RunFn) -> np.ndarray:
+def synthesize(token_ids: list[int], style: np.ndarray, speed: float, run_fn: RunFn,
+               f0_scale: float = 1.0) -> np.ndarray:
     """Float32 mono waveform at 24 kHz. `run_fn` is a loader runner (or any feeds -> outputs callable)."""
-    out = run_fn(model_inputs(token_ids, style, speed))
+    out = run_fn(model_inputs(token_ids, style, speed, f0_scale))
     audio = out["audio"] if isinstance(out, Mapping) else out[0]
     return np.asarray(audio, dtype=np.float32).reshape(-1)
 
@@ -126,8 +141,10 @@ def ort_cpu_runner(onnx_path, threads: int = 2) -> RunFn:
     opts.inter_op_num_threads = 1
     session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
+    accepted = {i.name for i in session.get_inputs()}
 
     def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(names, session.run(None, dict(feeds))))
+        # the shipped graph has no f0_scale input (controls.py adds it): feed only what it declares
+        return dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in accepted})))
 
     return run

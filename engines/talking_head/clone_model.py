@@ -43,6 +43,7 @@ class GeneratorConfig:
     n_mels: int = 80
     audio_columns: int = 40  # MelConfig.window_columns
     audio_dim: int = 256
+    audio_channels: int = 32  # width of the audio encoder's first conv (doubles twice)
     # region box and hole, as fractions of the crop side (template geometry, see module doc)
     region_top: float = 0.4375
     region_height: float = 0.5
@@ -85,12 +86,13 @@ def _conv(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
 class AudioEncoder(nn.Module):
     """[B, 1, n_mels, T] log-mel window -> [B, audio_dim]."""
 
-    def __init__(self, n_mels: int, dim: int) -> None:
+    def __init__(self, dim: int, width: int = 32) -> None:
         super().__init__()
+        w = width
         self.net = nn.Sequential(
-            _conv(1, 32), _conv(32, 64, 2), _conv(64, 64), _conv(64, 128, 2),
-            _conv(128, 128), _conv(128, 256, 2), _conv(256, 256, 2))
-        self.out = nn.Linear(256, dim)
+            _conv(1, w), _conv(w, 2 * w, 2), _conv(2 * w, 2 * w), _conv(2 * w, 4 * w, 2),
+            _conv(4 * w, 4 * w), _conv(4 * w, 8 * w, 2), _conv(8 * w, 8 * w, 2))
+        self.out = nn.Linear(8 * w, dim)
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         h = self.net(mel)
@@ -120,7 +122,7 @@ class CloneGenerator(nn.Module):
         self.down = nn.ModuleList([nn.Sequential(_conv(chans[i], chans[i + 1], 2), _conv(chans[i + 1], chans[i + 1]))
                                    for i in range(config.levels)])
         bott = chans[-1]
-        self.audio = AudioEncoder(config.n_mels, config.audio_dim)
+        self.audio = AudioEncoder(config.audio_dim, config.audio_channels)
         self.film_b = FiLM(config.audio_dim, bott)
         self.mid = nn.Sequential(_conv(bott + config.audio_dim, bott), _conv(bott, bott))
         self.film_d = FiLM(config.audio_dim, chans[-2])

@@ -102,7 +102,8 @@ def render_frames(track_sched: FaceTrack, generated_crops: np.ndarray, masks: np
         raise ValueError(f"{len(generated_crops)} generated crops for {len(track_sched)} scheduled frames")
     s = track_sched.crop_size
     if generated_crops.shape[1:] != (s, s, 3):
-        raise ValueError(f"generated crops must be [M, {s}, {s}, 3] like the track's crops, got {generated_crops.shape}")
+        raise ValueError(f"generated crops must be [M, {s}, {s}, 3] like the track's crops, "
+                         f"got {generated_crops.shape}")
     return paste_back_batch(track_sched.frames, generated_crops, track_sched.affines, masks,
                             color_match=color_match, keep_detail=keep_detail, progress=progress)
 

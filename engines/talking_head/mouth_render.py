@@ -39,8 +39,8 @@ CHEEKS = (205, 425, 50, 280)
 
 ALPHA = 0.35    # share of a reference gap closed by the upper lip coming down
 BETA = 0.28     # share of a driven gap made by the upper lip going up
-GAP_MAX = 0.17  # inner-lip gap at lip_open = 1, in iod (real speech: median ~0.06, 95th pct ~0.14)
-JAW_MAX = 0.15  # chin drop at jaw_open = 1, in iod
+GAP_MAX = 0.13  # inner-lip gap at lip_open = 1, in iod (tuned on dev clip 01a: mouth-landmark distance)
+JAW_MAX = 0.12  # chin drop at jaw_open = 1, in iod
 JAW_HALF_WIDTH = 0.85  # the jaw's drop fades to 0 at this |u| (iod): the jaw angles stay put
 NECK_FADE = 0.40       # the lower field fades to 0 this far (iod) below the chin
 SPREAD_GAIN, ROUND_GAIN = 0.22, 0.35  # corner motion at width/round = 1, in mouth half-widths
@@ -131,7 +131,8 @@ def _profile(g: MouthGeometry, u: np.ndarray) -> np.ndarray:
     return np.sqrt(np.clip(1.0 - x * x, 0.0, 1.0)) ** 0.8
 
 
-def _fields(g: MouthGeometry, pose: MouthPose, u: np.ndarray, v: np.ndarray, lower: bool) -> tuple[np.ndarray, np.ndarray]:
+def _fields(g: MouthGeometry, pose: MouthPose, u: np.ndarray, v: np.ndarray,
+            lower: bool) -> tuple[np.ndarray, np.ndarray]:
     """Forward displacement (du, dv) in px at reference points (u, v) for the upper or lower layer."""
     gap_u = np.interp(u, g.col_u, g.gap_ref, left=0.0, right=0.0)
     gap_t = pose.lip_open * GAP_MAX * g.iod * _profile(g, u)
@@ -203,14 +204,16 @@ def _interior(g: MouthGeometry, pose: MouthPose, u: np.ndarray, v: np.ndarray, v
     # tongue: a warm, dim band at the bottom of a well-opened mouth
     tongue = np.clip((depth - 0.6) / 0.4, 0, 1) * np.clip((gap / g.iod - 0.05) / 0.06, 0, 1) * (1 - lateral ** 2)
     col = col + tongue[..., None] * (g.lip_rgb * 0.45 - col)
-    # upper teeth: a band under the upper lip, a fraction of the opening, fading to the corners
-    teeth_h = np.minimum(0.42 * gap, 0.065 * g.iod)
+    # upper teeth: a band right under the upper lip, part of the opening, fading to the corners;
+    # a little darker right at the lip (its shadow) and towards the band's lower edge
+    teeth_h = np.minimum(0.38 * gap, 0.055 * g.iod)
     below = v - v_top
-    band = np.clip((teeth_h - below) / 1.2 + 0.5, 0, 1) * np.clip(below / 1.0 + 0.3, 0, 1)
-    show = np.clip((gap / g.iod - 0.025) / 0.04, 0, 1) * np.clip(1.0 - lateral ** 3, 0, 1) * 0.85
+    band = np.clip((teeth_h - below) / 1.0 + 0.5, 0, 1)
+    show = np.clip((gap / g.iod - 0.02) / 0.04, 0, 1) * np.clip(1.0 - lateral ** 2, 0, 1) * 0.8
     brightness = float(np.mean(g.skin_rgb)) / 180.0
-    teeth = np.array([232.0, 226.0, 212.0]) * np.clip(brightness, 0.55, 1.05)
-    teeth = teeth * (0.78 + 0.22 * np.clip(below / np.maximum(teeth_h, 1e-3), 0, 1))[..., None]
+    teeth = np.array([222.0, 214.0, 198.0]) * np.clip(brightness, 0.55, 1.0)
+    rel = np.clip(below / np.maximum(teeth_h, 1e-3), 0, 1)
+    teeth = teeth * (0.72 + 0.28 * np.sin(np.pi * np.clip(rel * 0.8 + 0.2, 0, 1)))[..., None]
     a = (band * show)[..., None]
     return col * (1 - a) + teeth * a
 

@@ -26,6 +26,7 @@ WIN_S = 0.025
 ATTACK_S = 0.020   # one-pole time constant while opening
 RELEASE_S = 0.060  # ... while closing
 LEAD_S = 0.020     # compensates the smoother's delay on openings (tuned so the measured lag is ~0)
+SILENCE_DBFS = -48.0  # frames quieter than this are silence whatever the clip's own level
 DYNAMIC_RANGE_DB = 32.0  # loudness span mapped onto 0..1 of opening, below the clip's loud level
 
 
@@ -48,17 +49,20 @@ class MouthParams:
                              for a in (self.jaw_open, self.lip_open, self.width, self.round)), fps=self.fps)
 
 
-def _stft_power(x: np.ndarray, sr: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Power spectra [J, F] of 25 ms Hann frames centred every 10 ms (frame j at j*hop samples)."""
+def _stft_power(x: np.ndarray, sr: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """Power spectra [J, F] of 25 ms Hann frames centred every 10 ms (frame j at j*hop samples),
+    the bin frequencies, the hop and each frame's RMS level in dBFS."""
     hop = max(1, int(round(HOP_S * sr)))
     win = max(16, int(round(WIN_S * sr)))
     n_fft = 1 << (win - 1).bit_length()
     j = int(np.ceil(len(x) / hop)) + 1
     padded = np.pad(x, (win // 2, win + j * hop))
     idx = np.arange(j)[:, None] * hop + np.arange(win)[None, :]
-    frames = padded[idx] * np.hanning(win)[None, :]
+    window = np.hanning(win)
+    frames = padded[idx] * window[None, :]
     power = np.abs(np.fft.rfft(frames, n_fft, axis=1)) ** 2
-    return power, np.fft.rfftfreq(n_fft, 1.0 / sr), hop
+    dbfs = 10 * np.log10((frames ** 2).sum(1) / (window ** 2).sum() + 1e-12)
+    return power, np.fft.rfftfreq(n_fft, 1.0 / sr), hop, dbfs
 
 
 def _band(power: np.ndarray, freqs: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -82,7 +86,7 @@ def speech_features(wave: np.ndarray, sr: int) -> dict[str, np.ndarray]:
     """10 ms features: loudness 0..1 (`level`), `sibilance` 0..1, `spread` (-1 round .. +1 spread)
     and a `voiced` weight; also `hop_s`."""
     x = np.asarray(wave, np.float64).reshape(-1)
-    power, freqs, hop = _stft_power(x, sr)
+    power, freqs, hop, dbfs = _stft_power(x, sr)
     eps = 1e-10
     total = _band(power, freqs, 80, min(8000, sr / 2)) + eps
     voiced = _band(power, freqs, 80, 3500) + eps
@@ -95,6 +99,8 @@ def speech_features(wave: np.ndarray, sr: int) -> dict[str, np.ndarray]:
     noise = float(np.percentile(db, 10))
     floor = max(noise + 6.0, loud_ref - DYNAMIC_RANGE_DB)
     level = np.clip((db - floor) / max(loud_ref - floor, 6.0), 0.0, 1.0)
+    # absolute gate: levels are clip-relative, so room noise alone must not read as speech
+    level = level * np.clip((dbfs - SILENCE_DBFS) / 8.0, 0.0, 1.0)
 
     hf_ratio = high / (voiced + high)
     sibilance = np.clip((hf_ratio - 0.35) / 0.4, 0.0, 1.0)  # 's', 'sh', 'f': energy above 4 kHz
