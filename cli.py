@@ -131,6 +131,86 @@ def _cmd_mux(args: argparse.Namespace) -> dict[str, Any]:
             "frames": probe.frame_count, "report": report.summary()}
 
 
+def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
+                    backend: str, max_seconds: float, smooth: float) -> tuple[Any, float, dict[str, Any]]:
+    """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth)."""
+    from .audio import to_comfy_audio
+    from .nodes.image_convert import image_to_uint8, uint8_to_image
+    from .nodes.talking_head_nodes import TRT_TalkingHead
+    from .nodes.video_nodes import FaceAlign, TemporalSmooth
+
+    frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds)
+    fps = float(fps or (src_fps if len(frames) > 1 else 25.0))
+    faces, _, align_report = timer.run("align", FaceAlign().align, uint8_to_image(frames), src_fps, backend=backend)
+    out = timer.run("talking_head", TRT_TalkingHead().animate, faces, to_comfy_audio(wave, rate), model=model,
+                    fps=fps, backend=backend)
+    images, track, head_report = out["result"]
+    if smooth > 0:
+        images, _ = timer.run("smooth", TemporalSmooth().smooth, images, strength=smooth, fps=fps, faces=track)
+    return image_to_uint8(images), fps, {"align": align_report, "talking_head": head_report,
+                                         "head_backend": _loaded("clone") if model != "portrait" else "portrait (numpy/OpenCV)"}
+
+
+def _mux_to(timer: StageTimer, frames: Any, wave: Any, rate: int, fps: float, out: Path) -> Any:
+    from .media.mux import mux_video
+
+    return timer.run("mux", mux_video, frames, wave, rate, fps, out, length_mode="pad_audio")
+
+
+def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
+    from .audio import decode_audio
+
+    timer = StageTimer()
+    wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio))
+    frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
+                                           args.max_seconds, args.smooth)
+    report = _mux_to(timer, frames, wave, rate, fps, Path(args.out))
+    return {"outputs": [str(report.path)], "backend": reports["head_backend"], "timings": timer.seconds,
+            "frames": report.probe.frame_count, "fps": fps, "video_seconds": report.probe.video_duration,
+            "audio_seconds": report.probe.audio_duration, "reports": reports}
+
+
+def _cmd_train_avatar(args: argparse.Namespace) -> dict[str, Any]:
+    from .audio import to_comfy_audio
+    from .nodes.image_convert import uint8_to_image
+    from .nodes.talking_head_nodes import TrainAvatar
+    from .nodes.video_nodes import FaceAlign
+
+    timer = StageTimer()
+    frames, fps, own_audio = timer.run("decode", _read_frames, Path(args.video), args.max_seconds)
+    if own_audio is None:
+        raise ValueError(f"--video '{args.video}' has no audio track; TrainAvatar needs the person's own speech")
+    faces, _, _ = timer.run("align", FaceAlign().align, uint8_to_image(frames), fps, backend=args.backend)
+    out = timer.run("train", TrainAvatar().train, faces, to_comfy_audio(*own_audio), name=args.name,
+                    steps=args.steps, time_budget_minutes=args.minutes, device=args.device, resume=not args.restart)
+    avatar, report = out["result"]
+    return {"outputs": [str(getattr(avatar, "path", getattr(avatar, "directory", "")))],
+            "backend": f"torch-{args.device}", "timings": timer.seconds, "report": report}
+
+
+def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
+    """The main job: voice clip + face + text -> lip-synced MP4 in the cloned voice."""
+    from .nodes.voice_nodes import TRT_TTS, ExtractSpeakerEmbedding, LoadReferenceAudio
+
+    timer = StageTimer()
+    audio, _ = timer.run("load_voice", LoadReferenceAudio().load, audio_file=str(args.voice))
+    speaker, embed_report = timer.run("embed", ExtractSpeakerEmbedding().extract, reference=audio,
+                                      backend=args.backend, reference_text=args.voice_text or "",
+                                      imitate=not args.no_imitate, name=Path(args.voice).stem)
+    text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
+    speech = timer.run("tts", TRT_TTS()._synthesize, text, speaker, args.language, args.speed, 1.0, "auto",
+                       args.backend, "auto")
+    frames, fps, reports = _animate_frames(timer, Path(args.face), speech.waveform, speech.sample_rate, args.model,
+                                           args.fps, args.backend, args.max_seconds, args.smooth)
+    report = _mux_to(timer, frames, speech.waveform, speech.sample_rate, fps, Path(args.out))
+    total = sum(timer.seconds.values())
+    return {"outputs": [str(report.path)], "backend": {"tts": speech.backend, "speaker": embed_report["backend"],
+                                                       "talking_head": reports["head_backend"]},
+            "timings": timer.seconds, "audio_seconds": round(speech.audio_seconds, 3),
+            "rtf": round(total / speech.audio_seconds, 3), "frames": report.probe.frame_count, "fps": fps,
+            "voice": speech.voice, "warnings": speech.warnings}
+
+
 def _loaded(prefix: str) -> str:
     from .engines import loader
 
@@ -201,6 +281,44 @@ def build_parser() -> argparse.ArgumentParser:
                      choices=["pad_audio", "hold_last_frame", "trim", "stretch_none"])
     mux.add_argument("--max-seconds", type=float, default=600.0)
     mux.set_defaults(func=_cmd_mux)
+
+    def face_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--face", required=True, help="photo or talking video of the person")
+        p.add_argument("--model", default="portrait", help="portrait | clone:<avatar name>")
+        p.add_argument("--fps", type=float, help="output fps (default: the video's, 25 for a photo)")
+        p.add_argument("--smooth", type=float, default=0.5, help="TemporalSmooth strength (0 = off)")
+        p.add_argument("--max-seconds", type=float, default=60.0, help="reference video seconds to read")
+        p.add_argument("--out", required=True, help="output .mp4")
+
+    animate = sub.add_parser("animate", help="face + speech audio -> lip-synced MP4")
+    common(animate)
+    animate.add_argument("--audio", required=True)
+    face_args(animate)
+    animate.set_defaults(func=_cmd_animate)
+
+    train = sub.add_parser("train-avatar", help="talking video of one person -> clone model")
+    common(train)
+    train.add_argument("--video", required=True)
+    train.add_argument("--name", required=True)
+    train.add_argument("--steps", type=int, default=3000)
+    train.add_argument("--minutes", type=float, default=10.0, help="time budget")
+    train.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    train.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
+    train.add_argument("--max-seconds", type=float, default=300.0)
+    train.set_defaults(func=_cmd_train_avatar)
+
+    run = sub.add_parser("run", help="the main job: text + voice clip + face -> talking MP4")
+    common(run)
+    run_text = run.add_mutually_exclusive_group(required=True)
+    run_text.add_argument("--text")
+    run_text.add_argument("--text-file")
+    run.add_argument("--voice", required=True, help="reference speech clip")
+    run.add_argument("--voice-text", help="transcript of the clip (optional)")
+    run.add_argument("--no-imitate", action="store_true")
+    run.add_argument("--language", default="auto", choices=["auto", "en", "zh"])
+    run.add_argument("--speed", type=float, default=1.0)
+    face_args(run)
+    run.set_defaults(func=_cmd_run)
     return parser
 
 

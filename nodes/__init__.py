@@ -1,6 +1,6 @@
 """Node registry: every node class of the pack, keyed by its ComfyUI type name."""
-from . import video_nodes, voice_nodes
+from . import talking_head_nodes, video_nodes, voice_nodes
 
-NODE_CLASS_MAPPINGS: dict[str, type] = {**voice_nodes.NODE_CLASS_MAPPINGS, **video_nodes.NODE_CLASS_MAPPINGS}
-NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {**voice_nodes.NODE_DISPLAY_NAME_MAPPINGS,
-                                              **video_nodes.NODE_DISPLAY_NAME_MAPPINGS}
+_MODULES = (voice_nodes, video_nodes, talking_head_nodes)
+NODE_CLASS_MAPPINGS: dict[str, type] = {k: v for m in _MODULES for k, v in m.NODE_CLASS_MAPPINGS.items()}
+NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {k: v for m in _MODULES for k, v in m.NODE_DISPLAY_NAME_MAPPINGS.items()}

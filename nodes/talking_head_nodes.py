@@ -1,0 +1,187 @@
+"""Talking-head nodes: TRT_TalkingHead (portrait | clone) and TrainAvatar (+ LoadAvatar).
+
+Recipes over engines/talking_head: the driver schedules reference frames to cover the speech,
+the model generates the lower face, the driver pastes it back.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .comfy_glue import Progress, check_interrupted
+from .image_convert import uint8_to_image
+
+log = logging.getLogger("digital_human")
+
+CATEGORY = "DigitalHuman"
+BACKENDS = ["auto", "tensorrt", "torch", "onnxruntime"]
+PRECISIONS = ["auto", "fp16", "fp32"]
+
+
+def _interrupted() -> bool:
+    try:
+        check_interrupted()
+    except Exception:  # ComfyUI's interruption exception: ask the model loop to stop
+        return True
+    return False
+
+
+def _model_choices() -> list[str]:
+    from ..engines.talking_head.avatar_store import list_avatars
+
+    return ["portrait"] + [f"clone:{name}" for name in list_avatars()]
+
+
+class TRT_TalkingHead:
+    """Lip-synced frames of the face in DH_FACES speaking the AUDIO."""
+
+    DESCRIPTION = ("Animate the mouth of the aligned face from speech. 'portrait' works zero-shot on any photo or "
+                   "video (no weights); 'clone:<name>' uses a generator trained by TrainAvatar on that person. "
+                   "Video references are looped / ping-ponged / held to cover the audio; only the lower face changes.")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "faces": ("DH_FACES",),
+                "audio": ("AUDIO",),
+                "model": (_model_choices(), {"default": "portrait"}),
+                "fps": ("FLOAT", {"default": 25.0, "min": 1.0, "max": 120.0, "step": 0.01,
+                                  "tooltip": "Output frame rate (the one clock used by VideoMux too)."}),
+                "loop_mode": (["ping-pong", "loop", "hold"], {"default": "ping-pong"}),
+                "batch_size": ("INT", {"default": 32, "min": 1, "max": 512}),
+                "strength": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 2.0, "step": 0.05,
+                                       "tooltip": "Mouth motion amplitude (portrait)."}),
+                "max_audio_seconds": ("FLOAT", {"default": 600.0, "min": 1.0, "max": 7200.0, "step": 1.0}),
+                "backend": (BACKENDS, {"default": "auto"}),
+                "precision": (PRECISIONS, {"default": "auto"}),
+                "seed": ("INT", {"default": 0, "min": 0, "max": 2**31 - 1,
+                                 "tooltip": "Both models are deterministic; change to force a re-run."}),
+            },
+        }
+
+    RETURN_TYPES = ("IMAGE", "DH_FACES", "STRING")
+    RETURN_NAMES = ("frames", "faces", "report")
+    FUNCTION = "animate"
+    CATEGORY = CATEGORY
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, model: str = "portrait", **_: Any) -> bool | str:
+        # the list is read at start-up; accept avatars trained since then if they exist now
+        if model == "portrait" or model in _model_choices():
+            return True
+        return f"model '{model}' not found: train it with TrainAvatar (avatars live in models/digital_human/avatars)"
+
+    def animate(self, faces: Any, audio: dict, model: str = "portrait", fps: float = 25.0,
+                loop_mode: str = "ping-pong", batch_size: int = 32, strength: float = 1.0,
+                max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0):
+        from ..audio import from_comfy_audio
+
+        wave, rate = from_comfy_audio(audio)
+        progress: Progress | None = None
+
+        def report_progress(done: int, total: int) -> None:
+            nonlocal progress
+            progress = progress or Progress(total, "TalkingHead")
+            progress.update(done - progress.done)
+
+        if model == "portrait":
+            from ..engines.talking_head.portrait import animate_portrait
+
+            result = animate_portrait(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
+                                      max_audio_seconds=max_audio_seconds, batch_size=batch_size,
+                                      progress=report_progress, should_stop=_interrupted)
+        elif model.startswith("clone:"):
+            from ..engines.talking_head.clone_infer import animate_clone
+
+            result = animate_clone(model.split(":", 1)[1], faces, wave, rate, fps, loop_mode=loop_mode,
+                                   batch_size=batch_size, backend=backend, precision=precision,
+                                   max_audio_seconds=max_audio_seconds, progress=report_progress,
+                                   should_stop=_interrupted)
+        else:
+            raise ValueError(f"model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
+        for warning in result.warnings:
+            log.warning("TRT_TalkingHead: %s", warning)
+        report = result.summary()
+        return {"ui": {"text": [report]}, "result": (uint8_to_image(result.frames), result.track, report)}
+
+
+class TrainAvatar:
+    """Train the person-specific 'clone' generator on a talking video of one person."""
+
+    DESCRIPTION = ("Trains a small lower-face generator on >= 20 s of talking video (DH_FACES of the video + its "
+                   "own audio). Saves safetensors + ONNX under models/digital_human/avatars/<name>; resumes after "
+                   "interruption; works on CPU (slowly, with an estimate) and CUDA.")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "faces": ("DH_FACES",),
+                "audio": ("AUDIO", {"tooltip": "The video's own sound track."}),
+                "name": ("STRING", {"default": "my_avatar"}),
+                "steps": ("INT", {"default": 3000, "min": 10, "max": 200000}),
+                "time_budget_minutes": ("FLOAT", {"default": 10.0, "min": 0.5, "max": 600.0, "step": 0.5,
+                                                  "tooltip": "Stop after this long even if steps remain."}),
+                "device": (["auto", "cuda", "cpu"], {"default": "auto"}),
+                "resume": ("BOOLEAN", {"default": True}),
+                "seed": ("INT", {"default": 0, "min": 0, "max": 2**31 - 1}),
+            },
+        }
+
+    RETURN_TYPES = ("DH_AVATAR", "STRING")
+    RETURN_NAMES = ("avatar", "report")
+    FUNCTION = "train"
+    OUTPUT_NODE = True
+    CATEGORY = CATEGORY
+
+    def train(self, faces: Any, audio: dict, name: str = "my_avatar", steps: int = 3000,
+              time_budget_minutes: float = 10.0, device: str = "auto", resume: bool = True, seed: int = 0):
+        from ..audio import from_comfy_audio
+        from ..engines.talking_head.train_avatar import train_avatar
+
+        wave, rate = from_comfy_audio(audio)
+        progress = Progress(steps, "TrainAvatar")
+        status_lines: list[str] = []
+
+        def on_step(step: int, total: int, loss: float) -> None:
+            if step % 50 == 0 or step == total:
+                log.info("TrainAvatar: step %d/%d loss %.4f", step, total, loss)
+            progress.update(step - progress.done)
+
+        avatar = train_avatar(faces, wave, rate, name, steps=steps, time_budget_s=time_budget_minutes * 60.0,
+                              device=device, resume=resume, seed=seed, progress=on_step,
+                              should_stop=_interrupted, status=status_lines.append)
+        report = "\n".join([avatar.summary() if hasattr(avatar, "summary") else str(avatar)] + status_lines[-5:])
+        return {"ui": {"text": [report]}, "result": (avatar, report)}
+
+
+class LoadAvatar:
+    """A trained avatar by name (for TRT_TalkingHead's clone model or to inspect it)."""
+
+    DESCRIPTION = "List and load an avatar trained by TrainAvatar."
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        from ..engines.talking_head.avatar_store import list_avatars
+
+        return {"required": {"name": (list_avatars() or [""],)}}
+
+    RETURN_TYPES = ("DH_AVATAR", "STRING")
+    RETURN_NAMES = ("avatar", "report")
+    FUNCTION = "load"
+    CATEGORY = CATEGORY
+
+    def load(self, name: str):
+        from ..engines.talking_head.avatar_store import load_avatar
+
+        avatar = load_avatar(name)
+        return (avatar, avatar.summary() if hasattr(avatar, "summary") else str(avatar))
+
+
+NODE_CLASS_MAPPINGS = {"TRT_TalkingHead": TRT_TalkingHead, "TrainAvatar": TrainAvatar, "DH_LoadAvatar": LoadAvatar}
+NODE_DISPLAY_NAME_MAPPINGS = {
+    "TRT_TalkingHead": "Talking Head (TensorRT)",
+    "TrainAvatar": "Train Avatar (clone model)",
+    "DH_LoadAvatar": "Load Avatar",
+}
