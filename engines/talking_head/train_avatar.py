@@ -240,6 +240,8 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         raise FootageError("need at least 2 frames with a face to train")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
+    if dev == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input shapes: let cuDNN pick the fastest kernels
     model = CloneGenerator(config).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.5, 0.999))
     fingerprint = f"{data.fingerprint()}|{config}"

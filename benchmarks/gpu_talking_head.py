@@ -1,0 +1,250 @@
+"""`clone` on the GPU: (i) training wall time on 01a until the held-out target on 01b is met,
+(ii) generator inference frames/s at 256-px crops: eager FP32 vs the engine loader's torch FP16
+(+ batching, CUDA graphs), plus ONNX Runtime for reference.
+
+The GPU machine has no ffmpeg/librosa/mediapipe: inputs come from a pack made on the CPU machine
+(`eval_talking_head.py --prepare`), holding JPEG crops, crop landmarks, mel windows, 01b's audio and
+the face-mesh ONNX (run on ONNX Runtime CPU to re-measure generated mouths).
+
+  python benchmarks/eval_talking_head.py --prepare benchmarks/out/th_pack.npz     # CPU machine
+  python benchmarks/gpu_talking_head.py --pack benchmarks/out/th_pack.npz --out $OUT --budget 300
+  python benchmarks/gpu_talking_head.py --pack ... --out /tmp/x --tiny             # CPU smoke test
+
+Target (held-out 01b, crop space): mouth-landmark distance <= 0.7 x baseline (a), |lag| <= 40 ms,
+correlation >= 0.5 x the real video's. The mouths are blended into the real 01b crops through the
+lower-face mask, so PSNR outside the mask is exact by construction here (it is measured on full
+frames by eval_talking_head.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bootstrap import import_pack  # noqa: E402
+from eval_talking_head import PACK_VERSION, blend_in_crop, lip_scores, meets_target  # noqa: E402
+
+
+def load_pack(path: Path) -> dict:
+    import cv2
+
+    with np.load(path, allow_pickle=False) as z:
+        if int(z["version"]) != PACK_VERSION:
+            raise SystemExit(f"{path}: pack version {int(z['version'])}, expected {PACK_VERSION}; re-run --prepare")
+        pack = {k: z[k] for k in z.files}
+    for key in ("a", "b"):
+        blob, off = pack[f"{key}_jpg"], pack[f"{key}_jpg_offsets"]
+        crops = [cv2.imdecode(blob[off[i]:off[i + 1]], cv2.IMREAD_COLOR) for i in range(len(off) - 1)]
+        pack[f"{key}_crops"] = np.stack([cv2.cvtColor(c, cv2.COLOR_BGR2RGB) for c in crops])
+        pack[f"{key}_landmarks"] = pack[f"{key}_landmarks"].astype(np.float32)
+        pack[f"{key}_windows"] = pack[f"{key}_windows"].astype(np.float32)
+    pack["mel_config"] = json.loads(bytes(pack["mel_config"]).decode())
+    return pack
+
+
+def mesh_runner(pack: dict, workdir: Path):
+    from digital_human.engines.face.detect import engine_runner
+    from digital_human.engines.spec import ModelSpec
+
+    path = workdir / "face_mesh.onnx"
+    path.write_bytes(pack["face_mesh_onnx"].tobytes())
+    spec = ModelSpec(name="face_mesh_eval", onnx_path=path, input_names=("input",),
+                     output_names=("landmarks", "face_flag"))
+    return engine_runner(spec, backend="onnxruntime")
+
+
+class HeldOut:
+    """Scores generated 01b regions against the real 01b crops (mesh re-measured on both)."""
+
+    def __init__(self, pack: dict, config, run_mesh, neutral_crop: np.ndarray, frames: int | None) -> None:
+        from digital_human.engines.talking_head.clone_infer import MASK_JAW_MARGIN
+        from digital_human.engines.talking_head.clone_model import crops_to_regions
+        from digital_human.vision.lipsync_metrics import remeasure_landmarks
+        from digital_human.vision.paste import lower_face_mask
+
+        n = len(pack["b_crops"]) if not frames else min(frames, len(pack["b_crops"]))
+        self.crops, self.lms = pack["b_crops"][:n], pack["b_landmarks"][:n]
+        self.config, self.run_mesh, self.fps = config, run_mesh, float(pack["b_fps"])
+        self.windows = pack["b_windows"][:n]
+        self.wave = pack["b_wave16k"].astype(np.float32) / 32767.0
+        self.wave = self.wave[: int(round(n / self.fps * 16000))]
+        self.masks = np.stack([lower_face_mask(lm, self.crops.shape[1], jaw_margin=MASK_JAW_MARGIN) for lm in self.lms])
+        self.sources = crops_to_regions(self.crops, config)
+        self.reference = crops_to_regions(neutral_crop[None], config)
+        self.real = remeasure_landmarks(self.crops, self.lms, run_mesh)
+        baseline = blend_in_crop(self.crops, np.broadcast_to(neutral_crop, self.crops.shape), self.masks)
+        self.baseline = lip_scores(remeasure_landmarks(baseline, self.lms, run_mesh), self.real, self.wave, 16000, self.fps)
+
+    def generate(self, model, batch: int = 64) -> np.ndarray:
+        import torch
+
+        from digital_human.engines.talking_head.clone_model import regions_into_crops
+
+        dev = next(model.parameters()).device
+        out = []
+        with torch.inference_mode():
+            for s in range(0, len(self.sources), batch):
+                src = torch.from_numpy(self.sources[s:s + batch]).to(dev).float() / 255
+                ref = torch.from_numpy(self.reference).to(dev).float().expand_as(src) / 255
+                aud = torch.from_numpy(self.windows[s:s + batch]).to(dev)
+                out.append((model(src, ref, aud).clamp(0, 1) * 255).round().byte().cpu().numpy())
+        return blend_in_crop(self.crops, regions_into_crops(self.crops, np.concatenate(out), self.config), self.masks)
+
+    def score(self, model) -> dict:
+        from digital_human.vision.lipsync_metrics import remeasure_landmarks
+
+        crops = self.generate(model)
+        return lip_scores(remeasure_landmarks(crops, self.lms, self.run_mesh), self.real, self.wave, 16000, self.fps)
+
+
+def train_to_target(pack: dict, args, run_mesh, out_dir: Path) -> dict:
+    from digital_human.engines.talking_head.clone_model import GeneratorConfig, save_generator
+    from digital_human.engines.talking_head.train_avatar import fit_clone, prepare_data
+
+    config = GeneratorConfig(base_channels=4, levels=2, audio_channels=4, audio_dim=16, crop_size=256) if args.tiny \
+        else GeneratorConfig()
+    n_a = 120 if args.tiny else len(pack["a_crops"])
+    data = prepare_data(pack["a_crops"][:n_a], pack["a_landmarks"][:n_a], pack["a_found"][:n_a],
+                        pack["a_windows"][:n_a], float(pack["a_fps"]), config)
+    held = HeldOut(pack, config, run_mesh, pack["a_crops"][data.neutral], 90 if args.tiny else None)
+    base = held.baseline["mld"]
+    print(f"baseline (a) MLD {base:.4f}; target <= {0.7 * base:.4f}; real lag {held.baseline['real_lag_ms']:.1f} ms "
+          f"corr {held.baseline['real_corr']:.3f}", flush=True)
+    curve: list[dict] = []
+    reached: dict = {}
+
+    def monitor(model, step: int, train_s: float) -> bool:
+        row = held.score(model)
+        row.update(step=step, train_s=train_s, mld_vs_baseline=row["mld"] / base - 1)
+        curve.append(row)
+        ok = meets_target(row, base)
+        if ok and not reached:
+            reached.update(row)
+        print(f"step {step:5d} train {train_s:6.1f} s  MLD {row['mld']:.4f} ({100 * row['mld_vs_baseline']:+.1f}% vs a) "
+              f"lag {row['lag_ms']:+.1f} ms corr {row['corr']:.3f} ({row['corr_ratio']:.2f} x real){'  TARGET' if ok else ''}",
+              flush=True)
+        return bool(ok and args.stop_at_target)
+
+    losses: list[tuple[int, float]] = []
+    t0 = time.perf_counter()
+    fit = fit_clone(data, config, steps=args.steps, time_budget_s=args.budget, device=args.device,
+                    batch_size=args.batch, monitor=monitor, monitor_every=args.eval_every,
+                    progress=lambda s, n, l: losses.append((s, l)) if s % 50 == 0 else None, status=print)
+    wall = time.perf_counter() - t0
+    final = held.score(fit.model)
+    final.update(step=fit.steps, train_s=fit.seconds)
+    save_generator(fit.model.float().cpu(), out_dir / "clone_01a.safetensors")
+    return {"config": config.to_dict(), "device": fit.device, "steps": fit.steps, "train_seconds": fit.seconds,
+            "wall_seconds_incl_eval": wall, "final_loss": fit.loss, "baseline_a": held.baseline, "final": final,
+            "target_reached": bool(reached), "reached_at": reached or None, "curve": curve, "loss_curve": losses,
+            "footage_seconds": len(data.usable) / data.fps}
+
+
+def bench_inference(args, weights: Path | None) -> list[dict]:
+    """Generator frames/s at 256-px crops (the region of each crop) for several paths."""
+    import torch
+
+    from digital_human.engines import loader
+    from digital_human.engines.talking_head.clone_model import (CloneGenerator, GeneratorConfig, export_generator_onnx,
+                                                                generator_spec, load_generator, save_generator)
+
+    cuda = torch.cuda.is_available()
+    workdir = Path(tempfile.mkdtemp(prefix="clone_bench_"))
+    model = load_generator(weights) if weights and weights.is_file() else CloneGenerator(GeneratorConfig()).eval()
+    save_generator(model, workdir / "generator.safetensors")
+    parity = export_generator_onnx(model, workdir / "generator.onnx")
+    spec = generator_spec(workdir / "generator.onnx")
+    frames = 64 if args.tiny else 2048
+    batches = [1, 8] if args.tiny else [1, 16, 32, 64]
+    rows: list[dict] = []
+
+    def timeit(label: str, fn, batch: int) -> None:
+        src, ref, aud = (t.numpy() for t in model.example_inputs(batch))
+        feeds = {"source": src, "reference": ref, "audio": aud}
+        for _ in range(3):
+            fn(feeds)
+        if cuda:
+            torch.cuda.synchronize()
+        reps = max(2, frames // batch)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn(feeds)
+        if cuda:
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        rows.append({"path": label, "batch": batch, "fps": reps * batch / dt, "ms_per_batch": 1000 * dt / reps})
+        print(f"  {label:<40} batch {batch:3d}: {reps * batch / dt:9.1f} frames/s", flush=True)
+
+    dev = "cuda" if cuda else "cpu"
+    eager = load_generator(workdir / "generator.safetensors").to(dev)
+
+    def run_eager(feeds):
+        with torch.inference_mode():
+            out = eager(*(torch.from_numpy(feeds[k]).to(dev) for k in ("source", "reference", "audio")))
+            return out.cpu().numpy()
+
+    for b in batches:
+        timeit(f"eager FP32 torch-{dev}", run_eager, b)
+    if cuda:
+        runner = loader.get(spec, backend="torch", precision="fp16")
+        for b in batches:
+            timeit(f"loader {runner.backend} fp16 (+CUDA graphs)", runner, b)
+        from digital_human.engines import backend_torch
+
+        no_graphs = backend_torch.load(spec, "cuda", "fp16", use_cuda_graphs=False)
+        for b in batches:
+            timeit("torch-cuda fp16 (no CUDA graphs)", no_graphs, b)
+    ort = loader.get(spec, backend="onnxruntime", precision="fp32")
+    for b in batches[:2]:
+        timeit(f"loader {ort.backend} fp32", ort, b)
+    if cuda:  # FP16 output vs FP32 on the same inputs
+        src, ref, aud = (t.numpy() for t in model.example_inputs(8, seed=5))
+        a = runner({"source": src, "reference": ref, "audio": aud})["region"]
+        b_ = run_eager({"source": src, "reference": ref, "audio": aud})
+        rows.append({"path": "fp16 vs fp32 max abs diff (0..1 scale)", "value": float(np.abs(a - b_).max())})
+    rows.append({"path": "onnx parity max abs diff", "value": parity.max_abs_diff})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pack", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget", type=float, default=300.0, help="training seconds (default 300)")
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--eval-every", type=int, default=250, help="steps between held-out scorings")
+    ap.add_argument("--stop-at-target", action="store_true")
+    ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny model, few frames and steps")
+    ap.add_argument("--skip-train", action="store_true")
+    args = ap.parse_args()
+    if args.tiny:
+        args.steps, args.budget, args.eval_every, args.batch = args.steps or 6, None, 3, args.batch or 4
+    import_pack()
+    import torch
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu",
+                    "torch": torch.__version__, "cuda": torch.version.cuda}
+    pack = load_pack(args.pack)
+    workdir = Path(tempfile.mkdtemp(prefix="clone_eval_"))
+    if not args.skip_train:
+        report["train"] = train_to_target(pack, args, mesh_runner(pack, workdir), args.out)
+        (args.out / "gpu_talking_head.json").write_text(json.dumps(report, indent=2, default=float))
+    weights = args.out / "clone_01a.safetensors"
+    print("inference (generator only, 256-px crops):", flush=True)
+    report["inference"] = bench_inference(args, None if args.tiny else weights)
+    (args.out / "gpu_talking_head.json").write_text(json.dumps(report, indent=2, default=float))
+    print(f"wrote {args.out / 'gpu_talking_head.json'}")
+
+
+if __name__ == "__main__":
+    main()

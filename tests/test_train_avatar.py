@@ -1,0 +1,173 @@
+"""TrainAvatar + clone inference on a few real frames (talk_en_male_01a.mp4, aligned here):
+a tiny run lowers its loss, saves/loads the avatar, resumes from its checkpoint, drives a video;
+every bad input gets a clear error."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from digital_human.engines.talking_head.audio_features import MelConfig
+from digital_human.engines.talking_head.avatar_store import (AvatarNotFoundError, list_avatars, load_avatar,
+                                                             sanitize_name)
+from digital_human.engines.talking_head.clone_infer import animate_clone, clone_masks
+from digital_human.engines.talking_head.clone_model import GeneratorConfig
+from digital_human.engines.talking_head.driver import frame_schedule
+from digital_human.engines.talking_head.train_avatar import (FootageError, TrainingInterrupted, check_footage,
+                                                             train_avatar)
+from digital_human.vision.faces import NoFaceError
+
+WHEEL_DIRS = [os.environ.get("DIGITAL_HUMAN_WHEELS", ""), "/tmp/mpwheel", "/tmp/dl"]
+TINY = GeneratorConfig(crop_size=64, base_channels=4, levels=2, audio_channels=4, audio_dim=16)
+N_FRAMES = 45  # 1.5 s at 30 fps
+TINY_ARGS = dict(config=TINY, device="cpu", batch_size=4, min_seconds=0.5, lr=2e-3)
+
+
+@pytest.fixture(scope="module")
+def clip(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """(track, audio [1, T], sr) of the first 1.5 s of 01a; models root is a temp folder."""
+    from digital_human.engines.face import detect
+    from digital_human.engines.face.blazeface import face_detector_spec
+    from digital_human.engines.face.facemesh import face_mesh_spec
+    from digital_human.engines.face.mediapipe_assets import install_face_models
+    from digital_human.media.probe import read_video_audio, read_video_frames
+    from digital_human.vision import align_faces
+
+    old = os.environ.get("DIGITAL_HUMAN_MODELS")
+    os.environ["DIGITAL_HUMAN_MODELS"] = str(tmp_path_factory.mktemp("clone_models"))
+    try:
+        wheel_dir = next((Path(d) for d in WHEEL_DIRS if d and any(Path(d).glob("mediapipe-0.10.21-*.whl"))), None)
+        try:
+            install_face_models(wheel_dir=wheel_dir)
+        except Exception as exc:
+            pytest.skip(f"face models unavailable (no mediapipe 0.10.21 wheel, PyPI failed: {exc})")
+        runners = (detect.engine_runner(face_detector_spec(), backend="onnxruntime"),
+                   detect.engine_runner(face_mesh_spec(), backend="onnxruntime"))
+        path = data_dir / "video" / "talk_en_male_01a.mp4"
+        frames, fps = read_video_frames(path, max_frames=N_FRAMES)
+        track = align_faces(frames, fps, runners=runners)
+        wave, sr = read_video_audio(path)
+        yield track, wave[:, : int(round(N_FRAMES / fps * sr))], sr
+    finally:
+        if old is None:
+            os.environ.pop("DIGITAL_HUMAN_MODELS", None)
+        else:
+            os.environ["DIGITAL_HUMAN_MODELS"] = old
+
+
+@pytest.fixture(scope="module")
+def trained(clip):
+    track, wave, sr = clip
+    losses: list[float] = []
+    info = train_avatar(track, wave, sr, "tiny_test", steps=40, seed=0, resume=False,
+                        progress=lambda step, total, loss: losses.append(loss), **TINY_ARGS)
+    return info, losses
+
+
+def test_tiny_training_lowers_loss_and_saves(trained):
+    info, losses = trained
+    assert len(losses) == 40 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < 0.9 * losses[0], (losses[0], losses[-1])
+    for name in ("generator.safetensors", "generator.onnx", "reference.safetensors", "avatar.json", "checkpoint.pt"):
+        assert (info.path / name).is_file(), name
+    loaded = load_avatar("tiny_test")
+    assert loaded.meta["steps"] == 40 and loaded.generator_config == TINY
+    assert loaded.meta["onnx_parity_max_abs"] < 1e-4
+    assert loaded.mel_config == MelConfig() and loaded.meta["source_fps"] == pytest.approx(30.0)
+    crop, lms = loaded.reference()
+    assert crop.shape == (64, 64, 3) and crop.dtype == np.uint8 and lms.shape == (468, 2)
+    assert "tiny_test" in list_avatars()
+
+
+def test_resume_after_interruption(clip):
+    track, wave, sr = clip
+    calls = {"n": 0}
+
+    def stop_at_three() -> bool:
+        calls["n"] += 1
+        return calls["n"] >= 3
+
+    with pytest.raises(TrainingInterrupted, match="step 3"):
+        train_avatar(track, wave, sr, "resume_test", steps=6, resume=False, should_stop=stop_at_three, **TINY_ARGS)
+    steps_seen: list[int] = []
+    info = train_avatar(track, wave, sr, "resume_test", steps=6, resume=True,
+                        progress=lambda step, total, loss: steps_seen.append(step), **TINY_ARGS)
+    assert steps_seen == [4, 5, 6]
+    assert info.meta["steps"] == 6
+
+
+def test_animate_clone_frame_count_and_untouched_outside_mask(trained, clip):
+    from digital_human.vision.align import warp_image
+
+    track, wave, sr = clip
+    audio = wave[:, : int(1.0 * sr)]  # 1.0 s -> 30 frames at 30 fps
+    result = animate_clone("tiny_test", track, audio, sr, batch_size=8, backend="onnxruntime")
+    assert result.frames.shape == (30, *track.frames.shape[1:]) and result.frames_generated == 30
+    assert result.model == "clone" and "onnxruntime" in result.backend
+    idx = frame_schedule(len(track), 30, "ping-pong", track.fps, track.fps)
+    masks = clone_masks(track, idx)
+    inv = track.inverse_affines()[idx]
+    h, w = track.frames.shape[1:3]
+    changed_inside = 0
+    for t in range(30):
+        footprint = warp_image(masks[t], inv[t], w, h, border="zero") > 0
+        grown = np.zeros_like(footprint)  # +2 px for the bilinear spread of the paste
+        ys, xs = np.nonzero(footprint)
+        grown[max(ys.min() - 2, 0):ys.max() + 3, max(xs.min() - 2, 0):xs.max() + 3] = True
+        assert np.array_equal(result.frames[t][~grown], track.frames[idx[t]][~grown])
+        changed_inside += int(np.any(result.frames[t][footprint] != track.frames[idx[t]][footprint]))
+    assert changed_inside > 0
+
+
+def test_bad_inputs(clip, trained):
+    track, wave, sr = clip
+    with pytest.raises(FootageError, match=r"too little footage: 1\.5 s"):
+        check_footage(track, wave, sr)  # default minimum 20 s
+    with pytest.raises(NoFaceError, match="no face"):
+        check_footage(replace(track, found=np.zeros(len(track), bool)), wave, sr, min_seconds=0.5)
+    with pytest.raises(FootageError, match="no AUDIO"):
+        check_footage(track, None, sr, min_seconds=0.5)
+    with pytest.raises(FootageError, match="silent"):
+        check_footage(track, np.zeros_like(wave), sr, min_seconds=0.5)
+    with pytest.raises(FootageError, match="shorter than the video"):
+        check_footage(track, wave[:, : sr // 2], sr, min_seconds=0.5)
+    with pytest.raises(FootageError, match="not a photo"):
+        one = {k: getattr(track, k)[:1] for k in ("frames", "found", "boxes", "landmarks", "affines", "presence", "crops")}
+        check_footage(replace(track, **one), wave, sr, min_seconds=0.0)
+    for bad in ("../evil", "a/b", "", ".hidden", "x" * 65):
+        with pytest.raises(ValueError, match="not allowed"):
+            sanitize_name(bad)
+    with pytest.raises(ValueError, match="not allowed"):
+        train_avatar(track, wave, sr, "../escape", steps=1, **TINY_ARGS)
+    with pytest.raises(ValueError, match="steps must be"):
+        train_avatar(track, wave, sr, "bad_steps", steps=0, **TINY_ARGS)
+    with pytest.raises(ValueError, match="device must be"):
+        train_avatar(track, wave, sr, "bad_device", steps=1, **{**TINY_ARGS, "device": "tpu"})
+    with pytest.raises(AvatarNotFoundError, match="not found .*train one with TrainAvatar"):
+        load_avatar("nobody_here")
+    with pytest.raises(ValueError, match="reference must be"):
+        animate_clone("tiny_test", track, wave, sr, reference="mouth")
+    from digital_human.engines.talking_head.driver import AudioInputError
+
+    with pytest.raises(AudioInputError, match="silent"):
+        animate_clone("tiny_test", track, np.zeros(sr, np.float32), sr)
+
+
+def test_broken_avatar_weights_are_rejected(trained):
+    info, _ = trained
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(info.weights_path))
+    weights.pop(next(iter(weights)))
+    broken = info.path.parent / "broken"
+    broken.mkdir(exist_ok=True)
+    for name in ("generator.onnx", "reference.safetensors", "avatar.json"):
+        (broken / name).write_bytes((info.path / name).read_bytes())
+    save_file(weights, str(broken / "generator.safetensors"), metadata={"config": json.dumps(info.meta["generator"])})
+    with pytest.raises(ValueError, match="does not fit"):
+        load_avatar("broken")
