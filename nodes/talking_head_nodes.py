@@ -66,7 +66,7 @@ class TRT_TalkingHead:
     CATEGORY = CATEGORY
 
     @classmethod
-    def VALIDATE_INPUTS(cls, model: str = "portrait", **_: Any) -> bool | str:
+    def VALIDATE_INPUTS(cls, model: str = "portrait") -> bool | str:
         # the list is read at start-up; accept avatars trained since then if they exist now
         if model == "portrait" or model in _model_choices():
             return True

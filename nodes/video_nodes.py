@@ -41,7 +41,7 @@ class LoadReferenceVideo:
     CATEGORY = CATEGORY
 
     @classmethod
-    def VALIDATE_INPUTS(cls, video_file: str = "", **_: Any) -> bool | str:
+    def VALIDATE_INPUTS(cls, video_file: str = "") -> bool | str:
         try:
             resolve_input_file(video_file, "video_file")
         except (ValueError, FileNotFoundError) as exc:

@@ -43,7 +43,7 @@ class LoadReferenceAudio:
         files = list_input_files(AUDIO_EXTENSIONS)
         return {
             "required": {
-                "audio_file": (files or [""], {"audio_upload": True,
+                "audio_file": (files or [""], {"audio_upload": True,  # js/ adds the button for this name
                                                "tooltip": "A clip with 3 s to 10 min of one person speaking."}),
                 "max_seconds": ("FLOAT", {"default": 600.0, "min": 5.0, "max": 3600.0, "step": 5.0,
                                           "tooltip": "Longer clips are cut to this length (with a warning)."}),
@@ -64,8 +64,9 @@ class LoadReferenceAudio:
             return f"{audio_file}|{max_seconds}"
 
     @classmethod
-    def VALIDATE_INPUTS(cls, audio_file: str = "", **_: Any) -> bool | str:
+    def VALIDATE_INPUTS(cls, audio_file: str = "") -> bool | str:
         # The file list is built at start-up; accept uploads made since, but confine names to input/.
+        # Only audio_file is named: ComfyUI skips its own checks for the inputs this signature takes.
         if not audio_file:
             return True  # may be fed by the optional AUDIO input; load() says what is missing
         try:
