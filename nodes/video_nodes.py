@@ -145,26 +145,44 @@ class TemporalSmooth:
                faces: Any = None):
         from ..media.smoothing import smooth_frames
 
-        frames = images.detach().cpu().float().numpy() if hasattr(images, "detach") else np.asarray(images, np.float32)
+        # The output is a new IMAGE (inputs must not change); torch's clone copies with all threads.
+        frames = (images.detach().cpu().float().clone().numpy() if hasattr(images, "detach")
+                  else np.array(images, np.float32))
         if frames.ndim != 4 or frames.shape[-1] != 3:
             raise ValueError(f"images: expected IMAGE [frames, height, width, 3], got shape {frames.shape}")
         mask = None
+        region = (slice(None), slice(None))
         if faces is not None:
             if len(faces.frames) != len(frames):
                 raise ValueError(f"faces has {len(faces.frames)} frames but images has {len(frames)}: connect the "
                                  "DH_FACES output of the node that produced these images")
             mask = _frame_masks(faces, frames.shape[1], frames.shape[2])
-        before = _flicker(frames, mask)
+            region = _mask_box(mask)
+            mask = mask[:, region[0], region[1]]
+        # Work on the face's bounding box only: the rest of the frame is returned untouched anyway,
+        # and whole-frame float copies of a long video cost seconds and gigabytes.
+        box = np.ascontiguousarray(frames[:, region[0], region[1]])
+        before = _flicker(box, mask)
         progress = Progress(len(frames), "TemporalSmooth")
-        out = smooth_frames(frames, mask, method=method, strength=strength, fps=fps,
-                            progress=lambda done, total: progress.update(done - progress.done))
-        after = _flicker(out, mask)
-        region = "lower face" if mask is not None else "whole frame"
-        report = (f"{method} strength {strength:g} on the {region}: frame-to-frame change "
+        smoothed = smooth_frames(box, mask, method=method, strength=strength, fps=fps,
+                                 progress=lambda done, total: progress.update(done - progress.done))
+        after = _flicker(smoothed, mask)
+        frames[:, region[0], region[1]] = smoothed
+        where = "lower face" if mask is not None else "whole frame"
+        report = (f"{method} strength {strength:g} on the {where}: frame-to-frame change "
                   f"{before * 255:.2f} -> {after * 255:.2f} (/255)")
         import torch
 
-        return (torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32)), report)
+        return (torch.from_numpy(frames), report)
+
+
+def _mask_box(masks: np.ndarray) -> tuple[slice, slice]:
+    """Rows/columns holding any mask weight in any frame (plus nothing else)."""
+    covered = masks.max(axis=0) > 0
+    rows, cols = np.flatnonzero(covered.any(axis=1)), np.flatnonzero(covered.any(axis=0))
+    if rows.size == 0:
+        return slice(0, 0), slice(0, 0)
+    return slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1)
 
 
 def _frame_masks(faces: Any, height: int, width: int) -> np.ndarray:
@@ -181,13 +199,16 @@ def _frame_masks(faces: Any, height: int, width: int) -> np.ndarray:
 
 
 def _flicker(frames: np.ndarray, mask: np.ndarray | None) -> float:
-    if len(frames) < 2:
+    """Mean |frame-to-frame change| (inside the mask), accumulated frame by frame to stay light."""
+    if len(frames) < 2 or frames.size == 0:
         return 0.0
-    diff = np.abs(np.diff(frames, axis=0)).mean(axis=-1)
-    if mask is None:
-        return float(diff.mean())
-    weight = mask[1:]
-    return float((diff * weight).sum() / max(weight.sum(), 1e-6))
+    total = weight_sum = 0.0
+    for i in range(1, len(frames)):
+        diff = np.abs(frames[i] - frames[i - 1]).mean(axis=-1)
+        weight = mask[i] if mask is not None else None
+        total += float((diff * weight).sum()) if weight is not None else float(diff.sum())
+        weight_sum += float(weight.sum()) if weight is not None else diff.size
+    return total / max(weight_sum, 1e-6)
 
 
 class VideoMux:
