@@ -58,6 +58,8 @@ class TRT_TalkingHead:
                 "seed": ("INT", {"default": 0, "min": 0, "max": 2**31 - 1,
                                  "tooltip": "Both models are deterministic; change to force a re-run."}),
             },
+            "optional": {"avatar": ("DH_AVATAR", {"tooltip": "A clone model straight from TrainAvatar / "
+                                                             "LoadAvatar; overrides `model`."})},
         }
 
     RETURN_TYPES = ("IMAGE", "DH_FACES", "STRING")
@@ -74,7 +76,8 @@ class TRT_TalkingHead:
 
     def animate(self, faces: Any, audio: dict, model: str = "portrait", fps: float = 25.0,
                 loop_mode: str = "ping-pong", batch_size: int = 32, strength: float = 1.0,
-                max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0):
+                max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
+                avatar: Any = None):
         from ..audio import from_comfy_audio
 
         wave, rate = from_comfy_audio(audio)
@@ -85,19 +88,19 @@ class TRT_TalkingHead:
             progress = progress or Progress(total, "TalkingHead")
             progress.update(done - progress.done)
 
-        if model == "portrait":
+        if avatar is not None or model.startswith("clone:"):
+            from ..engines.talking_head.clone_infer import animate_clone
+
+            result = animate_clone(avatar if avatar is not None else model.split(":", 1)[1], faces, wave, rate, fps,
+                                   loop_mode=loop_mode, batch_size=batch_size, backend=backend, precision=precision,
+                                   max_audio_seconds=max_audio_seconds, progress=report_progress,
+                                   should_stop=_interrupted)
+        elif model == "portrait":
             from ..engines.talking_head.portrait import animate_portrait
 
             result = animate_portrait(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
                                       max_audio_seconds=max_audio_seconds, batch_size=batch_size,
                                       progress=report_progress, should_stop=_interrupted)
-        elif model.startswith("clone:"):
-            from ..engines.talking_head.clone_infer import animate_clone
-
-            result = animate_clone(model.split(":", 1)[1], faces, wave, rate, fps, loop_mode=loop_mode,
-                                   batch_size=batch_size, backend=backend, precision=precision,
-                                   max_audio_seconds=max_audio_seconds, progress=report_progress,
-                                   should_stop=_interrupted)
         else:
             raise ValueError(f"model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
         for warning in result.warnings:
