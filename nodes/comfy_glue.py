@@ -60,6 +60,15 @@ def check_interrupted() -> None:
     mm.throw_exception_if_processing_interrupted()
 
 
+def interrupted() -> bool:
+    """True once the user cancelled the prompt: for loops that take a `should_stop` callable."""
+    try:
+        check_interrupted()
+    except Exception:  # ComfyUI raises its InterruptProcessingException
+        return True
+    return False
+
+
 def input_directory() -> Path:
     if in_comfyui():
         import folder_paths  # type: ignore[import-not-found]

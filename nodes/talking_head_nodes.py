@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .comfy_glue import Progress, check_interrupted
+from .comfy_glue import Progress, interrupted
 from .image_convert import uint8_to_image
 
 log = logging.getLogger("digital_human")
@@ -17,13 +17,6 @@ CATEGORY = "DigitalHuman"
 BACKENDS = ["auto", "tensorrt", "torch", "onnxruntime"]
 PRECISIONS = ["auto", "fp16", "fp32"]
 
-
-def _interrupted() -> bool:
-    try:
-        check_interrupted()
-    except Exception:  # ComfyUI's interruption exception: ask the model loop to stop
-        return True
-    return False
 
 
 def _model_choices() -> list[str]:
@@ -94,13 +87,13 @@ class TRT_TalkingHead:
             result = animate_clone(avatar if avatar is not None else model.split(":", 1)[1], faces, wave, rate, fps,
                                    loop_mode=loop_mode, batch_size=batch_size, backend=backend, precision=precision,
                                    max_audio_seconds=max_audio_seconds, progress=report_progress,
-                                   should_stop=_interrupted)
+                                   should_stop=interrupted)
         elif model == "portrait":
             from ..engines.talking_head.portrait import animate_portrait
 
             result = animate_portrait(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
                                       max_audio_seconds=max_audio_seconds, batch_size=batch_size,
-                                      progress=report_progress, should_stop=_interrupted)
+                                      progress=report_progress, should_stop=interrupted)
         else:
             raise ValueError(f"model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
         for warning in result.warnings:
@@ -154,7 +147,7 @@ class TrainAvatar:
 
         avatar = train_avatar(faces, wave, rate, name, steps=steps, time_budget_s=time_budget_minutes * 60.0,
                               device=device, resume=resume, seed=seed, progress=on_step,
-                              should_stop=_interrupted, status=status_lines.append)
+                              should_stop=interrupted, status=status_lines.append)
         report = "\n".join([avatar.summary() if hasattr(avatar, "summary") else str(avatar)] + status_lines[-5:])
         return {"ui": {"text": [report]}, "result": (avatar, report)}
 

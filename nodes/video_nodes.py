@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .comfy_glue import Progress, check_interrupted, in_comfyui, list_input_files, output_directory, resolve_input_file
+from .comfy_glue import Progress, in_comfyui, interrupted, list_input_files, output_directory, resolve_input_file
 from .image_convert import image_to_uint8, uint8_to_image
 
 log = logging.getLogger("digital_human")
@@ -253,18 +253,11 @@ class VideoMux:
         progress = Progress(len(frames), "VideoMux")
         report = mux_video(frames, wave, rate, fps, path, fmt=format, crf=crf, length_mode=length_mode,
                            progress=lambda done, total: progress.update(done - progress.done),
-                           should_stop=_interrupted)
+                           should_stop=interrupted)
         ui = {"images": [{"filename": path.name, "subfolder": subfolder, "type": "output"}], "animated": (True,),
               "text": [report.summary()]}
         return {"ui": ui, "result": (_video_value(path), str(path), report.summary())}
 
-
-def _interrupted() -> bool:
-    try:
-        check_interrupted()
-    except Exception:  # ComfyUI raises its InterruptProcessingException; tell the muxer to stop
-        return True
-    return False
 
 
 def next_output_path(prefix: str, fmt: str) -> tuple[Path, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .chunking import TextChunk, split_oversized, split_sentences
+from .chunking import split_oversized, split_sentences
 from .g2p_en import g2p_en
 from .g2p_zh import g2p_zh
 from .language import SUPPORTED, UnsupportedLanguageError, detect_language, split_by_script

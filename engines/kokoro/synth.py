@@ -53,11 +53,8 @@ def style_for(voice: np.ndarray, n_tokens: int) -> np.ndarray:
 def kokoro_model_spec(kind: str = "fp32") -> ModelSpec:
     """ModelSpec for the loader. "fp32": the rewritten float graph (GPU/TensorRT/torch; the int8 graph
     is offered as the CPU variant); "int8": the shipped graph only (ONNX Runtime CPU)."""
-    from .assets import kokoro_assets
-
     if kind not in ("int8", "fp32"):
         raise ValueError(f"kind must be 'int8' or 'fp32', got '{kind}'")
-    assets = kokoro_assets()
     if kind == "int8":
         onnx_path, cpu_path = int8_control_graph(), None
     else:
