@@ -70,7 +70,10 @@ function addMedia(node, kind) {
   }
   // "audioUI" is the name core's Comfy.AudioWidget looks up for any node whose output carries
   // `audio`; without a widget of that name it throws and stops updating other nodes' previews.
-  const name = kind === "audio" ? "audioUI" : "dh_video";
+  // "video-preview" is core's VIDEO_WIDGET_NAME: frontend 1.27 also previews an .mp4 found in a node's
+  // `images` output and adds its own player unless a widget of that name exists, which would put two
+  // players on VideoMux. Ours works on older frontends too (they would show a broken image instead).
+  const name = kind === "audio" ? "audioUI" : "video-preview";
   const widget = node.addDOMWidget(name, kind, el, { hideOnZoom: false, serialize: false });
   widget.serialize = false;
   widget.computeLayoutSize = () => ({ minHeight: kind === "video" ? 180 : 40, minWidth: 0 });

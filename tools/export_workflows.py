@@ -5,7 +5,13 @@ inputs, open the frontend in headless Chromium, build the graph with the fronten
 `app.loadApiJson`, set seed controls to "fixed", export `app.graph.serialize()` (version 0.4, the
 frontend's own positional widgets_values), then reload that export with `app.loadGraphData` and
 check it: no missing nodes or dialogs, and `app.graphToPrompt()` gives back the API workflow. The
-export goes to workflows/<name>.json and example_workflows/<name>.json, a canvas screenshot to <name>.jpg.
+export goes to example_workflows/<name>.json, a canvas screenshot to example_workflows/<name>.jpg.
+
+Layout: ComfyUI (app/custom_node_manager.py) lists `<pack>/{example_workflows,example,examples,workflow,
+workflows}/*.json` as templates, so a UI file in both workflows/ and example_workflows/ shows up twice in
+the template browser. The UI files therefore live only in example_workflows/ (the folder ComfyUI
+recommends); workflows/ holds the API-format files in workflows/api/ (one level down, not matched by that
+glob) and a README. Old UI copies left at workflows/<name>.json are removed so they cannot go stale.
 
     COMFYUI_DIR=/tmp/ComfyUI DIGITAL_HUMAN_MODELS=~/.cache/digital_human/models \\
         /tmp/comfy-venv/bin/python tools/export_workflows.py [--only voice_only]
@@ -27,7 +33,9 @@ from browser import (comparable, dialogs_text, dump, fit_view, fix_seed_controls
                      graph_to_prompt, load_api, load_ui, open_frontend, serialize)
 from harness import WORKFLOWS, ComfyClient, ComfyServer, prepare_base_dir, upload_workflow_inputs  # noqa: E402
 
-FRONTEND_ONLY_INPUTS = {"audioUI"}  # core's audio preview widget appears in graphToPrompt; the server ignores it
+UI_FOLDER = ROOT / "example_workflows"
+FRONTEND_ONLY_INPUTS = {"audioUI", "video-preview"}  # core preview widgets (audio player, video_upload preview)
+# appear in graphToPrompt; the server ignores inputs a node does not declare
 
 
 def prompt_mismatch(expected: dict, got: dict) -> list[str]:
@@ -50,6 +58,10 @@ def export(client: ComfyClient, api_path: Path, data_dir: Path, targets: list[Pa
     prompt = upload_workflow_inputs(client, api_path, data_dir)
     with open_frontend(client, width=1200, height=700) as page:
         load_api(page, prompt, name)
+        # loadApiJson arranges the graph before image/video previews have loaded and grown their nodes
+        # (LoadImage would overlap the node below it): arrange again once they have.
+        page.wait_for_timeout(2000)
+        page.evaluate("() => { window.app.graph.arrange(); window.app.graph.setDirtyCanvas(true, true); }")
         fix_seed_controls(page)
         graph = serialize(page)
         # Validate the export the way a user loads it.
@@ -70,6 +82,8 @@ def export(client: ComfyClient, api_path: Path, data_dir: Path, targets: list[Pa
         folder.mkdir(parents=True, exist_ok=True)
         dump(folder / f"{name}.json", graph)
         shutil.copyfile(shot, folder / f"{name}.jpg")
+    for stale in (WORKFLOWS / f"{name}.json", WORKFLOWS / f"{name}.jpg"):
+        stale.unlink(missing_ok=True)  # a second copy would be listed twice as a template
     print(f"{name}: {len(graph['nodes'])} nodes, {len(graph['links'])} links -> "
           + ", ".join(str(t.relative_to(ROOT)) for t in targets))
 
@@ -101,7 +115,7 @@ def main() -> None:
                 if missing:
                     print(f"{api_path.stem}: skipped, nodes not registered: {missing}")
                     continue
-                export(client, api_path, Path(args.data), [WORKFLOWS, ROOT / "example_workflows"])
+                export(client, api_path, Path(args.data), [UI_FOLDER])
         finally:
             server.stop()
 

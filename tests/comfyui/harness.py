@@ -39,6 +39,12 @@ INPUT_FILES = {
     "file": "video/talk_en_male_01a.mp4",
     "video_file": "video/talk_en_male_01a.mp4",
 }
+# Per-workflow overrides of INPUT_FILES (by workflow file stem): the photo workflow speaks with a voice
+# that matches the photo. The video workflow needs >= 20 s of footage (TrainAvatar's MIN_SECONDS), so it
+# keeps the 25 s talk_en_male_01a.mp4 and clones the voice from that video's own sound.
+WORKFLOW_INPUT_FILES = {
+    "clone_from_photo": {"audio_file": "audio/spk_en_03.wav"},
+}
 
 
 class ComfyError(RuntimeError):
@@ -305,7 +311,9 @@ def load_api_workflow(path: Path, inputs: dict[str, str] | None = None) -> dict[
     prompt = json.loads(Path(path).read_text(encoding="utf-8"))
     prompt.pop("_meta_workflow", None)
     for name, value in (inputs or {}).items():
-        hits = [node for node in prompt.values() if isinstance(node, dict) and name in node.get("inputs", {})]
+        # Only widget values: FaceAlign's `image` input, say, is a link ([node, slot]) and stays one.
+        hits = [node for node in prompt.values() if isinstance(node, dict)
+                and isinstance(node.get("inputs", {}).get(name), str)]
         if not hits:
             raise KeyError(f"{path.name}: no node has an input named '{name}'")
         for node in hits:
@@ -316,9 +324,10 @@ def load_api_workflow(path: Path, inputs: dict[str, str] | None = None) -> dict[
 def upload_workflow_inputs(client: "ComfyClient", path: Path, data_dir: Path) -> dict[str, Any]:
     """Upload the sample file for every caller-set input of an API workflow; return the ready prompt."""
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    files = {**INPUT_FILES, **WORKFLOW_INPUT_FILES.get(Path(path).stem, {})}
     used = {name for node in raw.values() if isinstance(node, dict)
-            for name in node.get("inputs", {}) if name in INPUT_FILES}
-    return load_api_workflow(path, {name: client.upload(Path(data_dir) / INPUT_FILES[name]) for name in used})
+            for name, value in node.get("inputs", {}).items() if name in files and isinstance(value, str)}
+    return load_api_workflow(path, {name: client.upload(Path(data_dir) / files[name]) for name in used})
 
 
 def node_errors_text(entry: dict[str, Any]) -> str:

@@ -14,8 +14,13 @@ from harness import (ARTIFACTS, INPUT_FILES, WORKFLOWS, ComfyClient, ComfyError,
 from media_probe import AUDIO_SUFFIXES, VIDEO_SUFFIXES, check_media
 
 API_WORKFLOWS = sorted((WORKFLOWS / "api").glob("*.json"))
+VIDEO_WORKFLOWS = [p for p in API_WORKFLOWS if any(
+    n.get("class_type") == "VideoMux" for n in json.loads(p.read_text()).values() if isinstance(n, dict))]
 RUN_TIMEOUT_S = 600.0
 FRESH_SEED_NODES = {"TRT_TTS", "TRT_TalkingHead"}
+TEST_AVATAR = "dh_test_clone"  # trained by the clone_from_video run, in the models folder the server uses
+# Successful run of each API workflow in this session (name -> (prompt, history entry)).
+_RUNS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
 
 def _pack_nodes() -> dict[str, type]:
@@ -26,6 +31,23 @@ def _pack_nodes() -> dict[str, type]:
 
 def _voice_prompt(client: ComfyClient, uploaded: dict[str, str]) -> dict[str, Any]:
     return load_api_workflow(WORKFLOWS / "api" / "voice_only.json", {"audio_file": uploaded["voice"]})
+
+
+def _bounded_cost(prompt: dict[str, Any]) -> dict[str, Any]:
+    """Keep the CPU test short: a tiny TrainAvatar run (20 steps, CPU, separate avatar name) on just over
+    the 20 s minimum of footage. Everything else runs as shipped."""
+    for node in prompt.values():
+        if node["class_type"] == "TrainAvatar":
+            node["inputs"].update(steps=20, time_budget_minutes=0.5, device="cpu", name=TEST_AVATAR, resume=False)
+        elif node["class_type"] == "DH_LoadReferenceVideo":
+            node["inputs"]["max_seconds"] = 21.0
+    return prompt
+
+
+def _fps_sources(prompt: dict[str, Any]) -> set[str]:
+    """Where the fps inputs of the video nodes come from: one link target or one number."""
+    return {json.dumps(n["inputs"]["fps"]) for n in prompt.values()
+            if n["class_type"] in ("FaceAlign", "TRT_TalkingHead", "TemporalSmooth", "VideoMux")}
 
 
 def _media_outputs(entry: dict[str, Any]) -> list[dict[str, str]]:
@@ -57,17 +79,19 @@ def test_object_info_lists_every_pack_node_with_its_inputs(client: ComfyClient) 
 @pytest.mark.parametrize("workflow", API_WORKFLOWS, ids=[p.stem for p in API_WORKFLOWS])
 def test_api_workflow_runs(workflow: Path, client: ComfyClient, data_dir: Path) -> None:
     info = client.object_info()
-    prompt = upload_workflow_inputs(client, workflow, data_dir)
+    prompt = _bounded_cost(upload_workflow_inputs(client, workflow, data_dir))
     missing = {n["class_type"] for n in prompt.values() if n["class_type"] not in info}
     if missing:
         pytest.skip(f"{workflow.name}: nodes not in this build yet: {sorted(missing)}")
-    # Fresh results, not ComfyUI's cache (the cache test covers reuse): bump the seed of the nodes that
-    # make the media. Upstream seeds stay, so the voice search is reused from the pack's disk cache.
+    assert len(_fps_sources(prompt)) <= 1, f"{workflow.name}: fps comes from several places {_fps_sources(prompt)}"
+    # Fresh results, not ComfyUI's cache (reuse is checked below): bump the seed of the nodes that make
+    # the media. Upstream seeds stay, so the voice search is reused from the pack's disk cache.
     for node in prompt.values():
         if "seed" in node["inputs"] and node["class_type"] in FRESH_SEED_NODES:
             node["inputs"]["seed"] = random.randrange(1, 2**31 - 1)
     prompt_id, entry = client.run(prompt, RUN_TIMEOUT_S)
     assert entry["status"]["status_str"] == "success", node_errors_text(entry)
+    _RUNS[workflow.stem] = (prompt, entry)
     media = _media_outputs(entry)
     assert media, f"{workflow.name}: no audio/video output in {entry['outputs']}"
     out_dir = ARTIFACTS / workflow.stem
@@ -75,13 +99,81 @@ def test_api_workflow_runs(workflow: Path, client: ComfyClient, data_dir: Path) 
     for item in media:
         path = out_dir / item["filename"]
         path.write_bytes(client.view(item))  # fetched the way a headless caller would
-        check_media(path)
+        probed = check_media(path)
+        if path.suffix.lower() in VIDEO_SUFFIXES:
+            fps = _wired_fps(prompt, data_dir / INPUT_FILES["video_file"])
+            assert abs(probed.fps - fps) < 0.01, f"{path.name}: {probed.fps} fps, the workflow's clock is {fps}"
+            assert probed.video_seconds > 1.0, f"{path.name}: only {probed.video_seconds:.2f} s"
     progress = [m for m in client.events.of(prompt_id, "progress")]
     assert progress, f"{workflow.name}: no progress message on the websocket"
     assert all(0 <= m["data"]["value"] <= m["data"]["max"] for m in progress)
     executed = {m["data"]["node"] for m in client.events.of(prompt_id, "executed")}
-    pack_outputs = {nid for nid, n in prompt.items() if n["class_type"] in ("TRT_TTS", "VideoMux")}
+    pack_outputs = {nid for nid, n in prompt.items() if n["class_type"] in ("TRT_TTS", "VideoMux", "TrainAvatar")}
     assert pack_outputs <= executed, f"UI results missing for nodes {pack_outputs - executed}"
+    # Long nodes report their own progress (the status line and the bar depend on it).
+    progressed = {m["data"]["node"] for m in progress}
+    long_nodes = {nid for nid, n in prompt.items() if n["class_type"] in ("TRT_TalkingHead", "VideoMux", "TrainAvatar")}
+    assert long_nodes <= progressed, f"no progress from nodes {long_nodes - progressed}"
+    for nid in (n for n in prompt if prompt[n]["class_type"] == "VideoMux"):
+        ui = entry["outputs"][nid]
+        assert ui.get("animated") == [True] and ui["images"][0]["filename"].endswith(".mp4"), ui
+    for nid in (n for n in prompt if prompt[n]["class_type"] == "TrainAvatar"):
+        assert TEST_AVATAR in "".join(entry["outputs"][nid].get("text", [])), entry["outputs"][nid]
+    if workflow in VIDEO_WORKFLOWS:
+        # Straight away (ComfyUI's classic cache only keeps what the latest prompt used): the identical
+        # prompt again must come entirely from the cache and point at the same MP4, without re-encoding.
+        _second_run_is_cached(client, prompt, entry)
+
+
+def _second_run_is_cached(client: ComfyClient, prompt: dict[str, Any], first: dict[str, Any]) -> None:
+    start = time.monotonic()
+    second_id, second = client.run(prompt, RUN_TIMEOUT_S)
+    elapsed = time.monotonic() - start
+    assert second["status"]["status_str"] == "success", node_errors_text(second)
+    cached = client.events.wait_for(second_id, "execution_cached", timeout=10)["data"]["nodes"]
+    assert sorted(cached) == sorted(prompt), f"only {cached} of {sorted(prompt)} came from the cache"
+    assert not client.events.of(second_id, "progress"), "a cached prompt should not run any node"
+    assert second["outputs"] == first["outputs"], "the cached run should point at the same MP4"
+    assert elapsed < 10, f"cached prompt took {elapsed:.1f} s"
+
+
+def _wired_fps(prompt: dict[str, Any], sample_video: Path) -> float:
+    """The number the workflow's fps inputs resolve to (a widget value, a Float node, or the video's rate)."""
+    mux = next(n for n in prompt.values() if n["class_type"] == "VideoMux")
+    value = mux["inputs"]["fps"]
+    if not isinstance(value, list):
+        return float(value)
+    source = prompt[value[0]]
+    if source["class_type"] == "PrimitiveFloat":
+        return float(source["inputs"]["value"])
+    if source["class_type"] == "DH_LoadReferenceVideo":
+        import av
+
+        with av.open(str(sample_video)) as container:
+            return float(container.streams.video[0].average_rate)
+    raise AssertionError(f"fps comes from an unexpected node {source['class_type']}")
+
+
+def test_trained_avatar_drives_the_talking_head(client: ComfyClient, data_dir: Path) -> None:
+    """After clone_from_video trained an avatar, 'clone:<name>' passes validation (the model list was read
+    at start-up) and the same graph makes an MP4 with the clone generator."""
+    workflow = WORKFLOWS / "api" / "clone_from_video.json"
+    if "clone_from_video" not in _RUNS:
+        pytest.skip("needs the clone_from_video run of test_api_workflow_runs (it trains the avatar)")
+    prompt = _bounded_cost(upload_workflow_inputs(client, workflow, data_dir))
+    for nid in [nid for nid, n in prompt.items() if n["class_type"] == "TrainAvatar"]:
+        del prompt[nid]
+    head = next(nid for nid, n in prompt.items() if n["class_type"] == "TRT_TalkingHead")
+    prompt[head]["inputs"]["model"] = f"clone:{TEST_AVATAR}"
+    _, entry = client.run(prompt, RUN_TIMEOUT_S)
+    assert entry["status"]["status_str"] == "success", node_errors_text(entry)
+    assert "clone" in "".join(entry["outputs"][head]["text"]), entry["outputs"][head]
+    media = [m for m in _media_outputs(entry) if m["filename"].endswith(".mp4")]
+    assert media, entry["outputs"]
+    path = ARTIFACTS / "clone_from_video" / f"clone_{media[0]['filename']}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(client.view(media[0]))
+    check_media(path)
 
 
 def test_second_identical_prompt_is_served_from_cache(client: ComfyClient, uploaded: dict[str, str]) -> None:
@@ -179,6 +271,11 @@ def test_bundled_templates_are_served(client: ComfyClient) -> None:
     listed = client.get("/workflow_templates").get("digital_human", [])
     ui_files = sorted(p.stem for p in (WORKFLOWS.parent / "example_workflows").glob("*.json"))
     assert ui_files and set(ui_files) <= set(listed), (listed, ui_files)
+    # ComfyUI lists workflows/*.json too: a UI copy there would show each template twice.
+    assert len(listed) == len(set(listed)), f"templates listed twice: {sorted(listed)}"
+    assert not list(WORKFLOWS.glob("*.json")), "UI workflows belong in example_workflows/ only"
+    api_files = sorted(p.stem for p in (WORKFLOWS / "api").glob("*.json"))
+    assert api_files == ui_files, f"every API workflow needs its UI export: api {api_files}, ui {ui_files}"
     for name in ui_files:
         graph = client.get(f"/api/workflow_templates/digital_human/{name}.json")
         graph = json.loads(graph) if isinstance(graph, bytes) else graph
