@@ -7,13 +7,20 @@ The GPU machine has no ffmpeg/librosa/mediapipe: inputs come from a pack made on
 the face-mesh ONNX (run on ONNX Runtime CPU to re-measure generated mouths).
 
   python benchmarks/eval_talking_head.py --prepare benchmarks/out/th_pack.npz     # CPU machine
-  python benchmarks/gpu_talking_head.py --pack benchmarks/out/th_pack.npz --out $OUT --budget 300
+  python benchmarks/gpu_talking_head.py --pack benchmarks/out/th_pack.npz --out $OUT      # ~150 s training
+  python benchmarks/gpu_talking_head.py --pack ... --out $OUT --budget 60 --eval-every 600 --final-frames 300 --skip-infer
   python benchmarks/gpu_talking_head.py --pack ... --out /tmp/x --tiny             # CPU smoke test
 
 Target (held-out 01b, crop space): mouth-landmark distance <= 0.7 x baseline (a), |lag| <= 40 ms,
 correlation >= 0.5 x the real video's. The mouths are blended into the real 01b crops through the
 lower-face mask, so PSNR outside the mask is exact by construction here (it is measured on full
 frames by eval_talking_head.py).
+
+Periodic evaluations score the first --eval-frames frames of 01b (default 300 = 10 s; the face mesh
+runs on the CPU and dominates their cost); the final one scores all of 01b (or --final-frames). Every evaluation line
+shows the training loss and the generated hole's mean/std/saturated fraction, so a frozen or
+saturated generator is visible at once, and the JSON report is rewritten after each evaluation (a
+time-out still leaves the results so far).
 """
 from __future__ import annotations
 
@@ -72,6 +79,7 @@ class HeldOut:
         n = len(pack["b_crops"]) if not frames else min(frames, len(pack["b_crops"]))
         self.crops, self.lms = pack["b_crops"][:n], pack["b_landmarks"][:n]
         self.config, self.run_mesh, self.fps = config, run_mesh, float(pack["b_fps"])
+        self.neutral_crop = neutral_crop
         self.windows = pack["b_windows"][:n]
         self.wave = pack["b_wave16k"].astype(np.float32) / 32767.0
         self.wave = self.wave[: int(round(n / self.fps * 16000))]
@@ -82,29 +90,69 @@ class HeldOut:
         baseline = blend_in_crop(self.crops, np.broadcast_to(neutral_crop, self.crops.shape), self.masks)
         self.baseline = lip_scores(remeasure_landmarks(baseline, self.lms, run_mesh), self.real, self.wave, 16000, self.fps)
 
-    def generate(self, model, batch: int = 64) -> np.ndarray:
-        import torch
+        self._baselines: dict[int, dict] = {len(self.crops): self.baseline}
 
-        from digital_human.engines.talking_head.clone_model import regions_into_crops
+    def __len__(self) -> int:
+        return len(self.crops)
+
+    def baseline_for(self, n: int) -> dict:
+        """Baseline (a) scores on the first n frames (cached; the subset's own reference point)."""
+        from digital_human.vision.lipsync_metrics import remeasure_landmarks
+
+        n = min(int(n), len(self.crops))
+        if n not in self._baselines:
+            base = blend_in_crop(self.crops[:n], np.broadcast_to(self.neutral_crop, self.crops[:n].shape), self.masks[:n])
+            self._baselines[n] = lip_scores(remeasure_landmarks(base, self.lms[:n], self.run_mesh), self.real[:n],
+                                            self.wave_for(n), 16000, self.fps)
+        return self._baselines[n]
+
+    def wave_for(self, n: int) -> np.ndarray:
+        return self.wave[: int(round(n / self.fps * 16000))]
+
+    def generate_regions(self, model, n: int, batch: int = 64) -> np.ndarray:
+        """uint8 [n, 3, h, w] generated regions for the first n frames, from the model's CURRENT weights
+        in FP32 (no autocast), exactly as inference would see them."""
+        import torch
 
         dev = next(model.parameters()).device
         out = []
         with torch.inference_mode():
-            for s in range(0, len(self.sources), batch):
-                src = torch.from_numpy(self.sources[s:s + batch]).to(dev).float() / 255
+            for s in range(0, n, batch):
+                e = min(s + batch, n)
+                src = torch.from_numpy(self.sources[s:e]).to(dev).float() / 255
                 ref = torch.from_numpy(self.reference).to(dev).float().expand_as(src) / 255
-                aud = torch.from_numpy(self.windows[s:s + batch]).to(dev)
-                out.append((model(src, ref, aud).clamp(0, 1) * 255).round().byte().cpu().numpy())
-        return blend_in_crop(self.crops, regions_into_crops(self.crops, np.concatenate(out), self.config), self.masks)
+                aud = torch.from_numpy(self.windows[s:e]).to(dev).float()
+                out.append((model(src, ref, aud).float().clamp(0, 1) * 255).round().byte().cpu().numpy())
+        return np.concatenate(out)
 
-    def score(self, model) -> dict:
+    def generate(self, model, n: int | None = None, batch: int = 64) -> np.ndarray:
+        from digital_human.engines.talking_head.clone_model import regions_into_crops
+
+        n = len(self.crops) if n is None else min(int(n), len(self.crops))
+        regions = self.generate_regions(model, n, batch)
+        return blend_in_crop(self.crops[:n], regions_into_crops(self.crops[:n], regions, self.config), self.masks[:n])
+
+    def score(self, model, n: int | None = None) -> dict:
+        """Lip scores of the model on the first n frames of 01b (all by default), plus statistics of the
+        generated hole (mean, std over frames and pixels, fraction at 0 or 255: a saturated generator
+        shows std ~0 / saturation ~1 here) and the baseline MLD of the same frames."""
         from digital_human.vision.lipsync_metrics import remeasure_landmarks
 
-        crops = self.generate(model)
-        return lip_scores(remeasure_landmarks(crops, self.lms, self.run_mesh), self.real, self.wave, 16000, self.fps)
+        n = len(self.crops) if n is None else min(int(n), len(self.crops))
+        regions = self.generate_regions(model, n)
+        hole = regions[:, :, self.config.hole_row():].astype(np.float32) / 255
+        from digital_human.engines.talking_head.clone_model import regions_into_crops
+
+        crops = blend_in_crop(self.crops[:n], regions_into_crops(self.crops[:n], regions, self.config), self.masks[:n])
+        row = lip_scores(remeasure_landmarks(crops, self.lms[:n], self.run_mesh), self.real[:n], self.wave_for(n),
+                         16000, self.fps)
+        row.update(frames=n, baseline_mld=self.baseline_for(n)["mld"], hole_mean=float(hole.mean()),
+                   hole_std=float(hole.std()), hole_frame_std=float(hole.std(axis=0).mean()),
+                   hole_saturated=float(((hole <= 0) | (hole >= 1)).mean()))
+        return row
 
 
-def train_to_target(pack: dict, args, run_mesh, out_dir: Path) -> dict:
+def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> dict:
     from digital_human.engines.talking_head.clone_model import GeneratorConfig, save_generator
     from digital_human.engines.talking_head.train_avatar import fit_clone, prepare_data
 
@@ -113,38 +161,72 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path) -> dict:
     n_a = 120 if args.tiny else len(pack["a_crops"])
     data = prepare_data(pack["a_crops"][:n_a], pack["a_landmarks"][:n_a], pack["a_found"][:n_a],
                         pack["a_windows"][:n_a], float(pack["a_fps"]), config)
-    held = HeldOut(pack, config, run_mesh, pack["a_crops"][data.neutral], 90 if args.tiny else None)
+    t_held = time.perf_counter()
+    held = HeldOut(pack, config, run_mesh, pack["a_crops"][data.neutral], 90 if args.tiny else (args.final_frames or None))
     base = held.baseline["mld"]
+    sub = min(args.eval_frames, len(held)) if args.eval_frames else len(held)
+    sub_base = held.baseline_for(sub)["mld"]
     print(f"baseline (a) MLD {base:.4f}; target <= {0.7 * base:.4f}; real lag {held.baseline['real_lag_ms']:.1f} ms "
-          f"corr {held.baseline['real_corr']:.3f}", flush=True)
+          f"corr {held.baseline['real_corr']:.3f}  ({len(held)} frames; periodic evals on the first {sub}: "
+          f"baseline MLD {sub_base:.4f}; set-up {time.perf_counter() - t_held:.0f} s)", flush=True)
     curve: list[dict] = []
     reached: dict = {}
-
-    def monitor(model, step: int, train_s: float) -> bool:
-        row = held.score(model)
-        row.update(step=step, train_s=train_s, mld_vs_baseline=row["mld"] / base - 1)
-        curve.append(row)
-        ok = meets_target(row, base)
-        if ok and not reached:
-            reached.update(row)
-        print(f"step {step:5d} train {train_s:6.1f} s  MLD {row['mld']:.4f} ({100 * row['mld_vs_baseline']:+.1f}% vs a) "
-              f"lag {row['lag_ms']:+.1f} ms corr {row['corr']:.3f} ({row['corr_ratio']:.2f} x real){'  TARGET' if ok else ''}",
-              flush=True)
-        return bool(ok and args.stop_at_target)
-
     losses: list[tuple[int, float]] = []
     t0 = time.perf_counter()
+    result: dict = {"config": config.to_dict(), "amp": not args.no_amp, "baseline_a": held.baseline,
+                    "eval_frames": sub, "baseline_a_eval_frames": held.baseline_for(sub), "curve": curve,
+                    "loss_curve": losses, "target_reached": False, "reached_at": None,
+                    "footage_seconds": len(data.usable) / data.fps}
+    report["train"] = result
+
+    def save() -> None:  # after every evaluation: a time-out keeps what was measured so far
+        result["wall_seconds_incl_eval"] = time.perf_counter() - t0
+        write_report(out_dir, report)
+
+    def line(row: dict, tag: str) -> str:
+        ok = meets_target(row, row["baseline_mld"])
+        return (f"{tag} {row['step']:5d} train {row['train_s']:6.1f} s  loss {row['loss']:.4f}  MLD {row['mld']:.4f} "
+                f"({100 * row['mld_vs_baseline']:+.1f}% vs a) lag {row['lag_ms']:+.1f} ms corr {row['corr']:.3f} "
+                f"({row['corr_ratio']:.2f} x real)  hole mean {row['hole_mean']:.3f} std {row['hole_std']:.3f} "
+                f"frame-std {row['hole_frame_std']:.4f} sat {row['hole_saturated']:.2f}  eval {row['eval_s']:.1f} s "
+                f"wall {time.perf_counter() - t0:.0f} s{'  TARGET' if ok else ''}")
+
+    def monitor(model, step: int, train_s: float, loss: float) -> bool:
+        te = time.perf_counter()
+        row = held.score(model, sub)
+        row.update(step=step, train_s=train_s, loss=loss, eval_s=time.perf_counter() - te,
+                   mld_vs_baseline=row["mld"] / row["baseline_mld"] - 1)
+        curve.append(row)
+        ok = meets_target(row, row["baseline_mld"])
+        if ok and not reached:
+            reached.update(row)
+            result.update(target_reached=True, reached_at=dict(reached))
+        print(line(row, "step"), flush=True)
+        save()
+        return bool(ok and args.stop_at_target)
+
     fit = fit_clone(data, config, steps=args.steps, time_budget_s=args.budget, device=args.device,
-                    batch_size=args.batch, monitor=monitor, monitor_every=args.eval_every,
-                    progress=lambda s, n, l: losses.append((s, l)) if s % 50 == 0 else None, status=print)
-    wall = time.perf_counter() - t0
+                    batch_size=args.batch, monitor=monitor, monitor_every=args.eval_every, amp=not args.no_amp,
+                    progress=lambda s, n, l: losses.append((s, l)) if s % 50 == 0 else None,
+                    status=lambda text: print(text, flush=True))
+    te = time.perf_counter()
     final = held.score(fit.model)
-    final.update(step=fit.steps, train_s=fit.seconds)
+    final.update(step=fit.steps, train_s=fit.seconds, loss=fit.loss, eval_s=time.perf_counter() - te,
+                 mld_vs_baseline=final["mld"] / base - 1)
+    print(line(final, "final"), flush=True)
     save_generator(fit.model.float().cpu(), out_dir / "clone_01a.safetensors")
-    return {"config": config.to_dict(), "device": fit.device, "steps": fit.steps, "train_seconds": fit.seconds,
-            "wall_seconds_incl_eval": wall, "final_loss": fit.loss, "baseline_a": held.baseline, "final": final,
-            "target_reached": bool(reached), "reached_at": reached or None, "curve": curve, "loss_curve": losses,
-            "footage_seconds": len(data.usable) / data.fps}
+    result.update(device=fit.device, steps=fit.steps, train_seconds=fit.seconds, final_loss=fit.loss, final=final,
+                  skipped_steps=fit.skipped, zero_grad_steps=fit.dead_steps,
+                  final_meets_target=meets_target(final, base))
+    save()
+    return result
+
+
+def write_report(out_dir: Path, report: dict) -> None:
+    path = out_dir / "gpu_talking_head.json"
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(report, indent=2, default=float))
+    tmp.replace(path)
 
 
 def bench_inference(args, weights: Path | None) -> list[dict]:
@@ -218,10 +300,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pack", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--budget", type=float, default=300.0, help="training seconds (default 300)")
+    ap.add_argument("--budget", type=float, default=150.0, help="training seconds (default 150)")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--batch", type=int)
-    ap.add_argument("--eval-every", type=int, default=250, help="steps between held-out scorings")
+    ap.add_argument("--eval-every", type=int, default=1000, help="steps between held-out scorings (0: final only)")
+    ap.add_argument("--eval-frames", type=int, default=300,
+                    help="01b frames scored at the periodic evaluations (0: all)")
+    ap.add_argument("--final-frames", type=int, default=0,
+                    help="01b frames held out at all (the final evaluation scores these; 0: all 812)")
+    ap.add_argument("--no-amp", action="store_true", help="train in FP32 instead of bf16 autocast")
+    ap.add_argument("--skip-infer", action="store_true", help="skip the generator inference benchmark")
     ap.add_argument("--stop-at-target", action="store_true")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny model, few frames and steps")
@@ -229,6 +317,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.tiny:
         args.steps, args.budget, args.eval_every, args.batch = args.steps or 6, None, 3, args.batch or 4
+        args.eval_frames = min(args.eval_frames or 60, 60)
     import_pack()
     import torch
 
@@ -238,13 +327,14 @@ def main() -> None:
     pack = load_pack(args.pack)
     workdir = Path(tempfile.mkdtemp(prefix="clone_eval_"))
     if not args.skip_train:
-        report["train"] = train_to_target(pack, args, mesh_runner(pack, workdir), args.out)
-        (args.out / "gpu_talking_head.json").write_text(json.dumps(report, indent=2, default=float))
-    weights = args.out / "clone_01a.safetensors"
-    print("inference (generator only, 256-px crops):", flush=True)
-    report["inference"] = bench_inference(args, None if args.tiny else weights)
-    (args.out / "gpu_talking_head.json").write_text(json.dumps(report, indent=2, default=float))
-    print(f"wrote {args.out / 'gpu_talking_head.json'}")
+        train_to_target(pack, args, mesh_runner(pack, workdir), args.out, report)
+        write_report(args.out, report)
+    if not args.skip_infer:
+        weights = args.out / "clone_01a.safetensors"
+        print("inference (generator only, 256-px crops):", flush=True)
+        report["inference"] = bench_inference(args, None if args.tiny else weights)
+        write_report(args.out, report)
+    print(f"wrote {args.out / 'gpu_talking_head.json'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -123,3 +123,30 @@ def test_strict_weight_loading(tmp_path):
         load_generator(path, GeneratorConfig(crop_size=64, base_channels=8, levels=2, audio_channels=4, audio_dim=16))
     with pytest.raises(FileNotFoundError):
         load_generator(tmp_path / "missing.safetensors")
+
+
+def test_saturated_head_keeps_a_gradient_under_bf16_autocast():
+    """In bf16, sigmoid(8) rounds to exactly 1.0 and its backward is exactly 0: a head pushed that far
+    (one large early update) froze the whole generator in the H200 run. The head runs in FP32 under
+    autocast, so a gradient must still reach the weights and the output must stay below 1."""
+    from digital_human.engines.talking_head.train_avatar import clone_loss
+
+    torch.manual_seed(0)
+    model = CloneGenerator(TINY)
+    with torch.no_grad():
+        model.head.bias.fill_(8.0)
+    src, ref, audio = model.example_inputs(2)
+    boxes = torch.tensor([[10.0, 30.0, 5.0, 40.0]] * 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(src, ref, audio)
+    assert out.dtype == torch.float32
+    hole = out[:, :, TINY.hole_row():]
+    assert (hole < 1.0).all()
+    loss, _ = clone_loss(out, src, model.hole, boxes)
+    loss.backward()
+    assert model.head.bias.grad.abs().max() > 0
+    assert model.stem[0][0].weight.grad.abs().max() > 0
+    # outside autocast the graph is unchanged (ONNX / FP16 engine path): plain conv + sigmoid
+    with torch.no_grad():
+        plain = model(src, ref, audio)
+    assert torch.allclose(plain, out.detach(), atol=2e-2)

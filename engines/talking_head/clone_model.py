@@ -152,8 +152,20 @@ class CloneGenerator(nn.Module):
             x = block(torch.cat([x, skip], dim=1))
             if i == 0:
                 x = self.film_d(x, a)
-        out = torch.sigmoid(self.head(x))
-        return masked + hole * out
+        out = self._head(x)
+        return masked + hole * out.to(masked.dtype)
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        """Last conv + sigmoid, in FP32 under autocast. In bf16 sigmoid(x) rounds to exactly 1.0 for
+        x > ~6, and its backward (y * (1 - y)) is then exactly 0: one large early update that pushes
+        the head past that point leaves every hole pixel with zero gradient, Adam stops moving and the
+        generator is frozen at a constant white mouth (the H200 run's identical metrics). In FP32 the
+        gradient stays non-zero up to x ~ 17, so training can pull the output back. Outside autocast
+        (FP32 training, ONNX export, the FP16 engine path) this is the plain conv + sigmoid."""
+        if torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(device_type=x.device.type, enabled=False):
+                return torch.sigmoid(self.head(x.float()))
+        return torch.sigmoid(self.head(x))
 
     def example_inputs(self, batch: int = 1, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(seed)

@@ -10,7 +10,12 @@ Losses (no pretrained networks are available offline): L1 over the hole with ext
 mouth box of the target's landmarks (the lips are a small part of the hole but all of the metric),
 plus 1 - SSIM over the hole for structure (teeth/lip edges that plain L1 blurs).
 
-Runs on CUDA (bf16 autocast) or CPU (slowly; a time estimate is reported after a few steps).
+Runs on CUDA (bf16 autocast) or CPU (FP32 by default, slowly; a time estimate is reported after a
+few steps). Stability (the first H200 run froze at a constant output - see clone_model's `_head`):
+the sigmoid head and the losses run in FP32 under autocast, the learning rate warms up linearly
+(Adam's first steps move every weight by ~lr at once, which in this normalisation-free U-Net
+swung the whole hole to near-white within 5 steps), gradients are clipped, and a step with a
+non-finite loss or gradient is skipped and counted instead of being applied.
 State is checkpointed every `checkpoint_every` steps and on interruption; `resume=True` continues
 a checkpoint of the same footage and config.
 """
@@ -200,6 +205,8 @@ class FitResult:
     seconds: float
     device: str
     history: list[tuple[int, float, float]]  # (step, seconds, loss EMA)
+    skipped: int = 0           # steps skipped for a non-finite loss or gradient
+    dead_steps: int = 0        # steps whose gradient was exactly zero (saturated output)
 
 
 def resolve_device(device: str) -> str:
@@ -220,10 +227,17 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
               progress: Callable[[int, int, float], None] | None = None,
               should_stop: Callable[[], bool] | None = None, status: Callable[[str], None] | None = None,
               checkpoint_path=None, checkpoint_every: int = 250, resume: bool = True,
-              monitor: Callable[[CloneGenerator, int, float], bool | None] | None = None,
-              monitor_every: int = 0) -> FitResult:
+              monitor: Callable[[CloneGenerator, int, float, float], bool | None] | None = None,
+              monitor_every: int = 0, amp: bool | None = None, warmup_steps: int = 100,
+              clip_grad_norm: float = 1.0, max_bad_steps: int = 50) -> FitResult:
     """Train (or continue training) the generator on prepared data. Stops at `steps` total steps or
-    after `time_budget_s` seconds of training (whichever first), or when `monitor` returns True."""
+    after `time_budget_s` seconds of training (whichever first), or when `monitor` returns True.
+
+    monitor(model, step, train_seconds, loss_ema) is called every `monitor_every` steps with the live
+    model in eval mode. amp: bf16 autocast on the training device (default: on for CUDA, off for
+    CPU, where bf16 convolutions are slower than FP32). warmup_steps: linear lr warm-up (capped at a
+    tenth of `steps`). After `max_bad_steps` consecutive skipped (non-finite) or zero-gradient
+    steps training stops with a RuntimeError instead of burning the budget on a frozen model."""
     import torch
 
     dev = resolve_device(device)
@@ -234,6 +248,10 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     if steps is None and time_budget_s is None:
         steps = 3000 if dev == "cuda" else 800
     bs = int(batch_size or (32 if dev == "cuda" else 8))
+    use_amp = (dev == "cuda") if amp is None else bool(amp)
+    warmup = max(0, int(warmup_steps))
+    if steps is not None:
+        warmup = min(warmup, int(steps) // 10)
     if bs < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if len(data.usable) < 2:
@@ -243,7 +261,9 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     if dev == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: let cuDNN pick the fastest kernels
     model = CloneGenerator(config).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.5, 0.999))
+    # beta1 0.9 (not the GAN-style 0.5): a plain regression loss, and momentum damps the noisy
+    # per-batch gradients of a small batch that otherwise make single large steps
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.999))
     fingerprint = f"{data.fingerprint()}|{config}"
     step, elapsed, ema, history = 0, 0.0, None, []
     if resume and checkpoint_path is not None and checkpoint_path.is_file():
@@ -273,10 +293,14 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     gap = max(1, int(round(ref_gap_s * data.fps)))
     if np.ptp(usable) < 2 * gap:
         gap = max(1, int(np.ptp(usable) // 3))  # tiny clips (tests): keep references as far as possible
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev == "cuda")
+    autocast = torch.autocast(dev, dtype=torch.bfloat16, enabled=use_amp)  # follows the device: CPU runs
+    # can exercise the same bf16 path (amp=True) that CUDA training takes
+    no_autocast = torch.autocast(dev, enabled=False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    skipped = dead = bad_run = 0
     total = int(steps) if steps is not None else None
     start_step, t0 = step, time.perf_counter()
-    estimate_said = False
+    estimate_said, t_warm = False, None
     model.train()
     while True:
         run_s = elapsed + (time.perf_counter() - t0)
@@ -285,8 +309,9 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         if time_budget_s is not None and run_s - 0.0 >= time_budget_s and step > start_step:
             break
         frac = max(step / total if total else 0.0, run_s / time_budget_s if time_budget_s else 0.0)
-        for group in opt.param_groups:  # cosine decay to 5 % by the end of the steps or the budget
-            group["lr"] = lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
+        for group in opt.param_groups:  # warm-up, then cosine decay to 5 % by the end of steps/budget
+            group["lr"] = ramp * lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
         tgt = rng.choice(usable, bs)
         ref = rng.choice(usable, bs)
         far = np.abs(ref - tgt) >= gap
@@ -303,24 +328,47 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         reference = (regions[ri].float() / 255.0 * gain).clamp(0, 1)
         with autocast:
             pred = model(target, reference, windows[ti])
-        loss, l1 = clone_loss(pred, target, hole, boxes[ti])
+        with no_autocast:  # SSIM's variance terms (E[x^2] - E[x]^2) cancel badly in low precision
+            loss, l1 = clone_loss(pred.float(), target, hole, boxes[ti])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        loss.backward()  # a NaN loss gives NaN gradients; they are dropped below, never applied
+        gnorm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm if clip_grad_norm else float("inf"))
+        value, gvalue = torch.stack([loss.detach().float(), gnorm.float()]).tolist()  # one device sync per step
+        ok = math.isfinite(value) and math.isfinite(gvalue)
+        if ok:
+            opt.step()
+            if gvalue == 0.0:
+                dead += 1  # no parameter can move: the output is saturated (or the loss ignores it)
+                bad_run += 1
+            else:
+                bad_run = 0
+        else:
+            skipped += 1
+            bad_run += 1
+            opt.zero_grad(set_to_none=True)
         step += 1
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise RuntimeError(f"training diverged at step {step} (loss {value}); try a lower lr or another seed")
-        ema = value if ema is None else 0.95 * ema + 0.05 * value
+        if bad_run >= max_bad_steps:
+            elapsed = elapsed + (time.perf_counter() - t0)
+            raise RuntimeError(f"training is stuck at step {step}: {bad_run} steps in a row had a non-finite loss/"
+                               f"gradient or an exactly zero gradient ({skipped} skipped, {dead} zero-gradient so "
+                               "far); try a lower lr, amp off, or another seed")
+        if math.isfinite(value):
+            ema = value if ema is None else 0.95 * ema + 0.05 * value
         now = elapsed + (time.perf_counter() - t0)
         if step % 10 == 0 or step == total:
             history.append((step, now, ema))
         shown_total = total if total is not None else max(step + 1, int(step * time_budget_s / max(now, 1e-6)))
-        if not estimate_said and step - start_step == 5:
-            per_step = (time.perf_counter() - t0) / 5
+        # time the estimate over steps 4..8: the first steps include cuDNN autotuning / allocator
+        # warm-up (on the H200 they made 0.67 s/step look like 1/70 of the real speed)
+        if step - start_step == 3:
+            t_warm = time.perf_counter()
+        if not estimate_said and t_warm is not None and step - start_step == 8:
+            per_step = (time.perf_counter() - t_warm) / 5
             remaining = (total - step) * per_step if total else time_budget_s - now
-            _say(status, f"training on {dev}: {per_step:.2f} s/step, about {remaining / 60:.1f} min to go "
-                 f"({shown_total} steps, batch {bs})")
+            if total is None:
+                shown_total = max(step + 1, step + int(remaining / max(per_step, 1e-9)))
+            _say(status, f"training on {dev}{' (bf16 autocast)' if use_amp else ''}: {per_step:.3f} s/step, about "
+                 f"{remaining / 60:.1f} min to go ({shown_total} steps, batch {bs})")
             estimate_said = True
         try:
             if progress is not None:
@@ -338,7 +386,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         if monitor is not None and monitor_every and step % monitor_every == 0:
             paused = time.perf_counter()
             model.eval()
-            done = bool(monitor(model, step, now))
+            done = bool(monitor(model, step, now, float(ema if ema is not None else float("nan"))))
             model.train()
             t0 += time.perf_counter() - paused  # evaluation time is not training time
             if done:
@@ -346,7 +394,10 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     elapsed = elapsed + (time.perf_counter() - t0)
     save_checkpoint()
     model.eval()
-    return FitResult(model, step, float(ema if ema is not None else float("nan")), elapsed, dev, history)
+    if skipped or dead:
+        _say(status, f"{skipped} steps skipped (non-finite loss/gradient), {dead} with a zero gradient")
+    return FitResult(model, step, float(ema if ema is not None else float("nan")), elapsed, dev, history,
+                     skipped, dead)
 
 
 def _say(status: Callable[[str], None] | None, text: str) -> None:
@@ -362,7 +413,7 @@ def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: st
                  progress: Callable[[int, int, float], None] | None = None,
                  should_stop: Callable[[], bool] | None = None, status: Callable[[str], None] | None = None,
                  resume: bool = True, seed: int = 0, min_seconds: float = MIN_SECONDS,
-                 checkpoint_every: int = 250, lr: float = 5e-4) -> AvatarInfo:
+                 checkpoint_every: int = 250, lr: float = 5e-4, amp: bool | None = None) -> AvatarInfo:
     """Train the `clone` generator on one person's talking video (DH_FACES + its own audio) and save
     the avatar under `<models>/avatars/<name>/`. Returns the DH_AVATAR."""
     clean = sanitize_name(name)
@@ -378,7 +429,7 @@ def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: st
     folder = avatar_dir(clean, create=True)
     fit = fit_clone(data, config, steps=steps, time_budget_s=time_budget_s, device=dev, batch_size=batch_size,
                     lr=lr, seed=seed, progress=progress, should_stop=should_stop, status=status,
-                    checkpoint_path=folder / "checkpoint.pt", checkpoint_every=checkpoint_every, resume=resume)
+                    checkpoint_path=folder / "checkpoint.pt", checkpoint_every=checkpoint_every, resume=resume, amp=amp)
     model = fit.model.float().cpu()
     save_generator(model, folder / "generator.safetensors")
     report = export_generator_onnx(model, folder / "generator.onnx")
