@@ -164,6 +164,7 @@ def test_trained_avatar_drives_the_talking_head(client: ComfyClient, data_dir: P
     for nid in [nid for nid, n in prompt.items() if n["class_type"] == "TrainAvatar"]:
         del prompt[nid]
     head = next(nid for nid, n in prompt.items() if n["class_type"] == "TRT_TalkingHead")
+    prompt[head]["inputs"].pop("avatar", None)  # its TrainAvatar source was removed above
     prompt[head]["inputs"]["model"] = f"clone:{TEST_AVATAR}"
     _, entry = client.run(prompt, RUN_TIMEOUT_S)
     assert entry["status"]["status_str"] == "success", node_errors_text(entry)
