@@ -6,8 +6,9 @@ Run from the repo root (the pack must be installed, e.g. `pip install -e .`):
 
 Protocol (issue + DESIGN.md section 6), per speaker clip in ../shared/data/audio:
 1. split the prepared clip at a pause near 60 % of its length: the CLONE part (>= 3 s of speech)
-   builds the speaker profile and the fitted voice; the HELD-OUT part (>= 1.5 s of speech) is only
-   used for scoring. Clips too short for both are skipped with the reason.
+   builds the speaker profile and the fitted voice (its audio also gives the fit the long-term
+   spectrum for the spectral EQ); the HELD-OUT part (>= 1.5 s of speech) is only used for scoring.
+   Clips too short for both are skipped with the reason.
 2. two test sentences in the speaker's language (never the fitting probe sentences) are spoken by
    every bundled voice and by the imitated voice; GE2E cosine to the held-out embedding is the score.
    The "best bundled voice" is picked by similarity to the CLONE part, without looking at held-out.
@@ -210,7 +211,8 @@ def bench_speaker(name: str, path: Path, full_embeddings: dict[str, np.ndarray],
     best = max(to_clone, key=to_clone.get)
 
     start = time.perf_counter()
-    fitted, result = fit_voice(profile, budget=budget, seed=seed, language=lang)
+    # the clone part's audio gives the fit its long-term spectrum (spectral EQ); held-out is never passed
+    fitted, result = fit_voice(profile, budget=budget, seed=seed, language=lang, reference=split.clone)
     fit_seconds = time.perf_counter() - start
     imitated_speech = synthesize_speech(text, fitted).waveform
     imitated_emb = embed(imitated_speech)

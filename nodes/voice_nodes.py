@@ -154,11 +154,11 @@ class ExtractSpeakerEmbedding:
         timings["embed"] = time.perf_counter() - start
         encoder_backend = _loaded_backend("ge2e")
         lines = [speaker.summary()]
-        if imitate and not has_fitted_voice(speaker, budget, seed, "auto"):
+        if imitate and not has_fitted_voice(speaker, budget, seed, "auto", reference=prepared):
             start = time.perf_counter()
             progress = Progress(budget, "voice search")
-            speaker, result = fit_voice(speaker, budget=budget, seed=seed, backend=backend,
-                                        progress=lambda done, total: progress.update(1))
+            speaker, result = fit_voice(speaker, budget=budget, seed=seed, backend=backend, reference=prepared,
+                                        progress=lambda done, total: progress.update(done - progress.done))
             default_cache().put(speaker)  # next run of the same clip skips the search
             timings["voice_search"] = time.perf_counter() - start
             lines.append(f"voice: {result.base_voice} similarity {result.base_similarity:.3f} -> imitated "

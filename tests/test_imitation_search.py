@@ -1,5 +1,6 @@
 """The imitation search itself, on a scorer with a known optimum (the real scorer needs the models)."""
 import numpy as np
+import pytest
 
 from digital_human.voice.imitation import apply_offset, imitate, timbre_statistics
 
@@ -37,3 +38,46 @@ def test_offset_touches_only_timbre_half_and_strength_scales_it():
     result = imitate(voices, lambda p, f0: float(p[..., :128].mean()), budget=12)
     half = result.apply(voices[result.base_voice], strength=0.5)
     assert np.allclose(half[..., :128] - voices[result.base_voice][..., :128], result.timbre_offset * 0.5, atol=1e-6)
+
+
+def test_pitch_prior_keeps_a_far_pitched_voice_from_being_the_base():
+    rng = np.random.default_rng(3)
+    voices = _voices(rng)
+    # v4 scores best but would need its pitch halved (a female voice for a male speaker)
+    scores = {name: 0.5 + 0.01 * i for i, name in enumerate(voices)}
+
+    def score(pack, f0):
+        name = next(n for n, v in voices.items() if np.allclose(v[..., 128:], pack[..., 128:]))
+        return scores[name]
+
+    ratios = {"v0": 1.2, "v1": 0.9, "v2": 2.1, "v3": 0.4, "v4": 0.45}
+    result = imitate(voices, score, budget=10, seed=0, pitch_match=ratios)
+    assert result.base_voice == "v1"  # best of the voices within the prior
+    assert result.base_similarity == scores["v4"]  # the baseline still reports the best bundled voice
+    # with no voice inside the prior, the search falls back to all voices
+    far = {name: 2.5 for name in voices}
+    assert imitate(voices, score, budget=8, seed=0, pitch_match=far).base_voice == "v4"
+
+
+def test_fitted_eq_is_stored_loadable_and_applied_with_strength(tmp_path, voice_models):
+    from digital_human.voice import tts
+    from digital_human.voice.clone import KEY_REFERENCE_LTAS, has_fitted_voice, settings_key
+    from digital_human.voice.speaker import SpeakerProfile
+
+    emb = np.ones(256, np.float32) / 16.0
+    profile = SpeakerProfile(embedding=emb, segment_embeddings=emb[None], content_hash="x", speech_seconds=5.0)
+    name = next(iter(tts.bundled_voices()))
+    gains = np.linspace(-4, 4, 40).astype(np.float32)
+    profile.extras.update({tts.KEY_BASE_VOICE: np.array(name), tts.KEY_OFFSET: np.zeros(128, np.float32),
+                           tts.KEY_F0: np.array(1.1, np.float32), tts.KEY_EQ: gains,
+                           KEY_REFERENCE_LTAS: np.zeros(40, np.float32),
+                           "imitation_settings": np.array(settings_key(24, 0, "en"))})
+    loaded = SpeakerProfile.load_npz(profile.save_npz(tmp_path / "v.npz"))  # npz without pickle
+    assert has_fitted_voice(loaded, 24, 0, "en", reference=(np.zeros(10), 24000))
+    _, f0, label, eq = tts._voice_for(loaded, "auto", 0.5)
+    assert np.allclose(eq, gains * 0.5) and "spectral EQ" in label and f0 == pytest.approx(1.1 ** 0.5)
+    other = next(v for v in tts.bundled_voices() if v != name)
+    assert tts._voice_for(loaded, other, 1.0)[3] is None  # a plain bundled voice gets no EQ
+    del loaded.extras[tts.KEY_EQ]  # fitted before the audio was known: refit once it is
+    assert not has_fitted_voice(loaded, 24, 0, "en", reference=(np.zeros(10), 24000))
+    assert has_fitted_voice(loaded, 24, 0, "en")

@@ -18,6 +18,7 @@ from ..engines.kokoro.synth import kokoro_model_spec, style_for, synthesize
 from ..text import phonemize
 from ..text.tokens import tokenize
 from .imitation import apply_offset
+from .spectral_match import apply_eq
 from .speaker import SpeakerProfile
 
 SAMPLE_RATE = 24000
@@ -28,6 +29,7 @@ KEY_BASE_VOICE = "imitation_base_voice"
 KEY_OFFSET = "imitation_timbre_offset"
 KEY_SCORES = "imitation_voice_scores"
 KEY_F0 = "imitation_f0_scale"
+KEY_EQ = "imitation_eq_db"  # spectral EQ gains (dB per mel band, spectral_match.py) of the imitated voice
 
 
 @dataclass
@@ -54,6 +56,13 @@ def voice_pack_for(speaker: SpeakerProfile | None, base_voice: str = "auto",
                    strength: float = 1.0) -> tuple[np.ndarray, float, str]:
     """(voice pack [rows,1,256], f0 scale, label): the imitated voice when the speaker carries one,
     else a bundled voice at its own pitch."""
+    pack, f0, label, _ = _voice_for(speaker, base_voice, strength)
+    return pack, f0, label
+
+
+def _voice_for(speaker: SpeakerProfile | None, base_voice: str,
+               strength: float) -> tuple[np.ndarray, float, str, np.ndarray | None]:
+    """voice_pack_for plus the EQ gains (dB, already scaled by strength) of an imitated voice, else None."""
     voices = bundled_voices()
     if base_voice != "auto" and base_voice not in voices:
         raise ValueError(f"base voice '{base_voice}' is not bundled; choose auto or one of {sorted(voices)}")
@@ -63,13 +72,16 @@ def voice_pack_for(speaker: SpeakerProfile | None, base_voice: str = "auto",
         offset = np.asarray(speaker.extras[KEY_OFFSET], np.float32)
         pack = apply_offset(voices[imitated_base], offset * strength)
         f0 = float(speaker.extras.get(KEY_F0, np.array(1.0))) ** strength
-        return pack, f0, (f"{speaker.name or 'speaker'} (imitated from {imitated_base}, pitch x{f0:.2f}, "
-                          f"strength {strength:.2f})")
+        eq = speaker.extras.get(KEY_EQ)
+        eq = None if eq is None else np.asarray(eq, np.float32).reshape(-1) * strength
+        label = (f"{speaker.name or 'speaker'} (imitated from {imitated_base}, pitch x{f0:.2f}"
+                 f"{', spectral EQ' if eq is not None else ''}, strength {strength:.2f})")
+        return pack, f0, label, eq
     if base_voice == "auto" and speaker is not None and KEY_SCORES in speaker.extras:
         scores = dict(zip(voices, np.asarray(speaker.extras[KEY_SCORES]).tolist()))
         base_voice = max(scores, key=scores.get)
     name = DEFAULT_VOICE if base_voice == "auto" else base_voice
-    return voices[name], 1.0, name
+    return voices[name], 1.0, name, None
 
 
 def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, language: str = "auto",
@@ -82,8 +94,9 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
     start = time.perf_counter()
     chunks = phonemize(text, language)
     timings["frontend"] = time.perf_counter() - start
+    eq = None
     if voice_pack is None:
-        pack, f0_scale, label = voice_pack_for(speaker, base_voice, imitation_strength)
+        pack, f0_scale, label, eq = _voice_for(speaker, base_voice, imitation_strength)
     else:
         pack, label = np.asarray(voice_pack, np.float32), "custom"
     start = time.perf_counter()
@@ -104,6 +117,8 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
         ids = tokenize(chunk.phonemes, vocab, dropped=dropped)
         if ids:
             wave = synthesize(ids, style_for(pack, len(ids)), speed, runner, f0_scale=f0_scale)
+            if eq is not None:  # per chunk, before the fades, so the filter never rings into a pause
+                wave = apply_eq(wave, SAMPLE_RATE, eq)
             pieces.append(_fade(wave))
         pieces.append(np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32))
         if progress:
