@@ -43,10 +43,21 @@ def _models_ready() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def voice_models() -> None:
-    """Skip (or, in CI with DIGITAL_HUMAN_REQUIRE_MODELS=1, fail) when the voice models are not set up."""
+def setup_models() -> None:
+    """Skip (or, in CI with DIGITAL_HUMAN_REQUIRE_MODELS=1, fail) when `digital-human setup` has not run."""
     reason = _models_ready()
     if reason:
         if os.environ.get("DIGITAL_HUMAN_REQUIRE_MODELS") == "1":
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def face_runners(setup_models):
+    """(detector, mesh) runners on ONNX Runtime from the installed face models."""
+    from digital_human.engines.face import detect
+    from digital_human.engines.face.blazeface import face_detector_spec
+    from digital_human.engines.face.facemesh import face_mesh_spec
+
+    return (detect.engine_runner(face_detector_spec(), backend="onnxruntime"),
+            detect.engine_runner(face_mesh_spec(), backend="onnxruntime"))

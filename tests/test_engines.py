@@ -1,7 +1,6 @@
 """Engine layer: export parity, runner backends, loader caching, fallback order, TensorRT cache names."""
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np

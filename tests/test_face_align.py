@@ -1,27 +1,21 @@
 """FaceAlign logic (vision/): main-face choice, rejection of non-faces, video tracking, gap
 filling, crop smoothing, DH_FACES persistence. Real photos and clips from the sample data.
 
-Models come from a mediapipe 0.10.21 wheel on disk (DIGITAL_HUMAN_WHEELS, /tmp/mpwheel, /tmp/dl)
-or from PyPI through install_face_models(); without either the tests skip with a reason.
+Models are the ones `digital-human setup` installed (the `face_runners` fixture in conftest.py
+skips with a reason, or fails in CI, when they are missing).
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from digital_human.engines.face import detect
-from digital_human.engines.face.blazeface import face_detector_spec
-from digital_human.engines.face.facemesh import face_mesh_spec
-from digital_human.engines.face.mediapipe_assets import install_face_models
 from digital_human.vision import FaceTrack, NoFaceError, align_faces, draw_preview
 from digital_human.vision.align import TEMPLATE_INDEX, TEMPLATE_XY
 from digital_human.vision.track import crop_jitter
 
-WHEEL_DIRS = [os.environ.get("DIGITAL_HUMAN_WHEELS", ""), "/tmp/mpwheel", "/tmp/dl"]
 PORTRAITS = ["face_01_female.jpg", "face_02_male.png", "face_03_male.jpg", "face_04_zh_male_halfbody.jpeg"]
 
 
@@ -39,22 +33,8 @@ def _video(data_dir: Path, name: str, n: int) -> tuple[np.ndarray, float]:
 
 
 @pytest.fixture(scope="module")
-def runners(tmp_path_factory: pytest.TempPathFactory):
-    old = os.environ.get("DIGITAL_HUMAN_MODELS")
-    os.environ["DIGITAL_HUMAN_MODELS"] = str(tmp_path_factory.mktemp("face_models"))
-    try:
-        wheel_dir = next((Path(d) for d in WHEEL_DIRS if d and any(Path(d).glob("mediapipe-0.10.21-*.whl"))), None)
-        try:
-            install_face_models(wheel_dir=wheel_dir)
-        except Exception as exc:  # offline and no wheel on disk
-            pytest.skip(f"face models unavailable (no mediapipe 0.10.21 wheel, PyPI failed: {exc})")
-        yield (detect.engine_runner(face_detector_spec(), backend="onnxruntime"),
-               detect.engine_runner(face_mesh_spec(), backend="onnxruntime"))
-    finally:
-        if old is None:
-            os.environ.pop("DIGITAL_HUMAN_MODELS", None)
-        else:
-            os.environ["DIGITAL_HUMAN_MODELS"] = old
+def runners(face_runners):
+    return face_runners
 
 
 def _crop_geometry_ok(track: FaceTrack, t: int = 0) -> None:

@@ -59,7 +59,7 @@ def test_pitch_prior_keeps_a_far_pitched_voice_from_being_the_base():
     assert imitate(voices, score, budget=8, seed=0, pitch_match=far).base_voice == "v4"
 
 
-def test_fitted_eq_is_stored_loadable_and_applied_with_strength(tmp_path, voice_models):
+def test_fitted_eq_is_stored_loadable_and_applied_with_strength(tmp_path, setup_models):
     from digital_human.voice import tts
     from digital_human.voice.clone import KEY_REFERENCE_LTAS, has_fitted_voice, settings_key
     from digital_human.voice.speaker import SpeakerProfile

@@ -2,40 +2,19 @@
 and the OpenCV / numpy warp paths agreeing. Uses real frames aligned by vision.align_faces."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from digital_human.engines.face import detect
-from digital_human.engines.face.blazeface import face_detector_spec
-from digital_human.engines.face.facemesh import face_mesh_spec
-from digital_human.engines.face.mediapipe_assets import install_face_models
 from digital_human.vision import align as align_mod
 from digital_human.vision import align_faces, lower_face_mask, paste_back, paste_back_batch
 from digital_human.vision.align import warp_image
 
-WHEEL_DIRS = [os.environ.get("DIGITAL_HUMAN_WHEELS", ""), "/tmp/mpwheel", "/tmp/dl"]
 
 
 @pytest.fixture(scope="module")
-def runners(tmp_path_factory: pytest.TempPathFactory):
-    old = os.environ.get("DIGITAL_HUMAN_MODELS")
-    os.environ["DIGITAL_HUMAN_MODELS"] = str(tmp_path_factory.mktemp("face_models"))
-    try:
-        wheel_dir = next((Path(d) for d in WHEEL_DIRS if d and any(Path(d).glob("mediapipe-0.10.21-*.whl"))), None)
-        try:
-            install_face_models(wheel_dir=wheel_dir)
-        except Exception as exc:  # offline and no wheel on disk
-            pytest.skip(f"face models unavailable (no mediapipe 0.10.21 wheel, PyPI failed: {exc})")
-        yield (detect.engine_runner(face_detector_spec(), backend="onnxruntime"),
-               detect.engine_runner(face_mesh_spec(), backend="onnxruntime"))
-    finally:
-        if old is None:
-            os.environ.pop("DIGITAL_HUMAN_MODELS", None)
-        else:
-            os.environ["DIGITAL_HUMAN_MODELS"] = old
+def runners(face_runners):
+    return face_runners
 
 
 @pytest.fixture(scope="module", params=[("talk_en_male_01a.mp4", 256), ("talk_xx_female_05_1080x1920_hevc.mp4", 512)],

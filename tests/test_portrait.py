@@ -3,18 +3,12 @@ untouched pixels outside the mask, mouth motion that follows the speech (re-meas
 face mesh), interruption. Real photo / clip / speech from the sample data."""
 from __future__ import annotations
 
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from digital_human.audio.decode import decode_audio
-from digital_human.engines.face import detect
-from digital_human.engines.face.blazeface import face_detector_spec
-from digital_human.engines.face.facemesh import face_mesh_spec
-from digital_human.engines.face.mediapipe_assets import install_face_models
 from digital_human.engines.talking_head import (AudioInputError, animate_portrait, frame_schedule,
                                                 output_frame_count, schedule_track, validate_audio,
                                                 validate_track)
@@ -24,7 +18,6 @@ from digital_human.vision import NoFaceError, align_faces
 from digital_human.vision import lipsync_metrics as M
 from digital_human.vision.align import warp_image
 
-WHEEL_DIRS = [os.environ.get("DIGITAL_HUMAN_WHEELS", ""), "/tmp/mpwheel", "/tmp/dl"]
 
 
 # --- clock and schedule (no models) -------------------------------------------------------------
@@ -112,22 +105,8 @@ def test_schedule_track_follows_indices():
 
 # --- with the face models ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def runners(tmp_path_factory: pytest.TempPathFactory):
-    old = os.environ.get("DIGITAL_HUMAN_MODELS")
-    os.environ["DIGITAL_HUMAN_MODELS"] = str(tmp_path_factory.mktemp("face_models"))
-    try:
-        wheel_dir = next((Path(d) for d in WHEEL_DIRS if d and any(Path(d).glob("mediapipe-0.10.21-*.whl"))), None)
-        try:
-            install_face_models(wheel_dir=wheel_dir)
-        except Exception as exc:  # offline and no wheel on disk
-            pytest.skip(f"face models unavailable (no mediapipe 0.10.21 wheel, PyPI failed: {exc})")
-        yield (detect.engine_runner(face_detector_spec(), backend="onnxruntime"),
-               detect.engine_runner(face_mesh_spec(), backend="onnxruntime"))
-    finally:
-        if old is None:
-            os.environ.pop("DIGITAL_HUMAN_MODELS", None)
-        else:
-            os.environ["DIGITAL_HUMAN_MODELS"] = old
+def runners(face_runners):
+    return face_runners
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from digital_human.nodes.video_nodes import FaceAlign
 
 
 @pytest.fixture(scope="module")
-def photo_faces(data_dir, voice_models):
+def photo_faces(data_dir, setup_models):
     from PIL import Image
 
     with Image.open(data_dir / "image" / "face_03_male.jpg") as img:
@@ -55,7 +55,7 @@ def test_talking_head_errors(photo_faces, speech):
         TRT_TalkingHead().animate(photo_faces, to_comfy_audio(wave, rate), model="wav2lip")
 
 
-def test_cli_animate_writes_probe_valid_mp4(tmp_path, data_dir, speech, voice_models):
+def test_cli_animate_writes_probe_valid_mp4(tmp_path, data_dir, speech, setup_models):
     wave, rate = speech
     audio = tmp_path / "speech.wav"
     sf.write(audio, wave, rate)

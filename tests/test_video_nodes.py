@@ -11,7 +11,7 @@ import torch
 
 from digital_human.audio import to_comfy_audio
 from digital_human.media.probe import probe_media, read_video_audio, read_video_frames
-from digital_human.nodes.image_convert import image_to_uint8, uint8_to_image
+from digital_human.nodes.image_convert import uint8_to_image
 from digital_human.nodes.video_nodes import FaceAlign, LoadReferenceVideo, TemporalSmooth, VideoMux
 from digital_human.vision.faces import NoFaceError
 
@@ -23,13 +23,13 @@ def _photo(path) -> torch.Tensor:
         return uint8_to_image(np.asarray(img.convert("RGB"))[None])
 
 
-def test_face_align_photo_and_preview(data_dir, voice_models):
+def test_face_align_photo_and_preview(data_dir, setup_models):
     faces, preview, report = FaceAlign().align(_photo(data_dir / "image" / "face_01_female.jpg"))
     assert faces.found.tolist() == [True] and tuple(preview.shape) == (1, 256, 256, 3)
     assert "1/1" in report and float(preview.max()) <= 1.0
 
 
-def test_face_align_no_face_names_input(data_dir, voice_models):
+def test_face_align_no_face_names_input(data_dir, setup_models):
     with pytest.raises(NoFaceError, match="image"):
         FaceAlign().align(_photo(data_dir / "image" / "neg_noface_landscape.png"))
 
@@ -41,7 +41,7 @@ def clip(data_dir):
     return frames, fps, wave, rate
 
 
-def test_temporal_smooth_leaves_outside_of_face_untouched(clip, voice_models):
+def test_temporal_smooth_leaves_outside_of_face_untouched(clip, setup_models):
     frames, fps, _, _ = clip
     images = uint8_to_image(frames)
     faces, _, _ = FaceAlign().align(images, fps)
@@ -77,7 +77,7 @@ def test_load_reference_video_downscales_and_keeps_audio(data_dir):
     assert audio["sample_rate"] > 0 and abs(audio["waveform"].shape[-1] / audio["sample_rate"] - 1.0) < 0.05
 
 
-def test_cli_align_and_mux(tmp_path, data_dir, voice_models):
+def test_cli_align_and_mux(tmp_path, data_dir, setup_models):
     out = tmp_path / "faces.npz"
     proc = subprocess.run([sys.executable, "-m", "digital_human", "align", "--face",
                            str(data_dir / "image" / "neg_two_faces.jpg"), "--face-index", "1", "--out", str(out),

@@ -42,7 +42,7 @@ def test_load_reference_too_little_speech(data_dir):
         LoadReferenceAudio().load(audio=to_comfy_audio(wave[: int(1.5 * rate)], rate))
 
 
-def test_extract_speaker_caches_and_tts_speaks(reference, voice_models, tmp_path):
+def test_extract_speaker_caches_and_tts_speaks(reference, setup_models, tmp_path):
     node = ExtractSpeakerEmbedding()
     speaker, report = node.extract_node(reference, imitate=False, save_name="pytest_voice")
     assert speaker.embedding.shape == (256,) and abs(np.linalg.norm(speaker.embedding) - 1) < 1e-4
@@ -65,7 +65,7 @@ def test_extract_speaker_caches_and_tts_speaks(reference, voice_models, tmp_path
     assert out["ui"]["audio"][0]["type"] == "temp"
 
 
-def test_voice_fitting_runs_and_is_reused(reference, voice_models):
+def test_voice_fitting_runs_and_is_reused(reference, setup_models):
     node = ExtractSpeakerEmbedding()
     fitted, report = node.extract_node(reference, imitate=True, search_budget=6, seed=3)
     assert "imitation_base_voice" in fitted.extras and fitted.extras["imitation_timbre_offset"].shape == (128,)
@@ -77,12 +77,12 @@ def test_voice_fitting_runs_and_is_reused(reference, voice_models):
 
 
 @pytest.mark.parametrize("text, error", [("   ", EmptyTextError), ("Привет, как дела?", UnsupportedLanguageError)])
-def test_tts_text_errors(text, error, voice_models):
+def test_tts_text_errors(text, error, setup_models):
     with pytest.raises(error):
         TRT_TTS().speak(text)
 
 
-def test_cli_speak_writes_nonsilent_wav(tmp_path, voice_models):
+def test_cli_speak_writes_nonsilent_wav(tmp_path, setup_models):
     out = tmp_path / "speech.wav"
     text = "The train leaves at 7:15 tomorrow morning, and it costs $12.50."
     proc = subprocess.run([sys.executable, "-m", "digital_human", "speak", "--text", text, "--out", str(out),
