@@ -66,7 +66,13 @@ def test_extract_speaker_caches_and_tts_speaks(reference, setup_models, tmp_path
 
 
 def test_voice_fitting_runs_and_is_reused(reference, setup_models):
+    from digital_human.voice.embedding_cache import default_cache
+
     node = ExtractSpeakerEmbedding()
+    plain, _ = node.extract_node(reference, imitate=False)
+    cache = default_cache()  # start from an unfitted profile even if an earlier run cached a fit
+    cache._path(plain.content_hash).unlink(missing_ok=True)
+    cache.clear_memory()
     fitted, report = node.extract_node(reference, imitate=True, search_budget=6, seed=3)
     assert "imitation_base_voice" in fitted.extras and fitted.extras["imitation_timbre_offset"].shape == (128,)
     assert "syntheses" in report
