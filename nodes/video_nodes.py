@@ -78,7 +78,9 @@ class FaceAlign:
 
     DESCRIPTION = ("MediaPipe face detector + 468-point mesh (Apache-2.0, run as ONNX). Picks the main face, "
                    "rejects non-faces, makes similarity-aligned crops with room for the chin, tracks and "
-                   "smooths across video frames, and interpolates frames where the face is lost.")
+                   "smooths across video frames, and interpolates frames where the face is lost. Optional "
+                   "insightface SCRFD detector (buffalo_l / antelopev2 packs you supply in "
+                   "models/insightface/models/; those weights are NON-COMMERCIAL research only).")
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
@@ -95,6 +97,11 @@ class FaceAlign:
                 "draw_landmarks": ("BOOLEAN", {"default": True}),
                 "backend": (BACKENDS, {"default": "auto"}),
             },
+            "optional": {
+                "detector": (["mediapipe", "insightface:buffalo_l", "insightface:antelopev2"],
+                             {"default": "mediapipe", "tooltip": "insightface packs are never downloaded: put them "
+                              "in models/insightface/models/<pack>/ (non-commercial research licence)."}),
+            },
         }
 
     RETURN_TYPES = ("DH_FACES", "IMAGE", "STRING")
@@ -103,15 +110,24 @@ class FaceAlign:
     CATEGORY = CATEGORY
 
     def align(self, image: Any, fps: float = 25.0, crop_size: int = 256, expand: float = 0.35,
-              face_index: int = 0, smoothing: float = 1.0, draw_landmarks: bool = True, backend: str = "auto"):
+              face_index: int = 0, smoothing: float = 1.0, draw_landmarks: bool = True, backend: str = "auto",
+              detector: str = "mediapipe"):
         from ..engines.face.detect import default_runners
         from ..vision.align import align_faces, draw_preview
 
+        face_detector = None  # MediaPipe's, inside align_faces
+        if detector.startswith("insightface:"):
+            from ..engines.face.insightface_models import insightface_detector
+
+            face_detector = insightface_detector(detector.split(":", 1)[1], backend=backend)
+        elif detector != "mediapipe":
+            raise ValueError(f"detector must be mediapipe or insightface:<pack>, got '{detector}'")
         frames = image_to_uint8(image, "image")
         progress = Progress(len(frames), "FaceAlign")
         track = align_faces(frames, fps, crop_size=int(crop_size), expand=expand, face_index=face_index,
                             smoothing=smoothing, runners=default_runners(backend=backend),
-                            progress=lambda done, total: progress.update(done - progress.done), input_name="image")
+                            progress=lambda done, total: progress.update(done - progress.done), input_name="image",
+                            detector=face_detector)
         for warning in track.warnings:
             log.warning("FaceAlign: %s", warning)
         preview = draw_preview(track, landmarks=draw_landmarks)

@@ -10,6 +10,7 @@ heights of room below it when the mouth opens.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -170,7 +171,8 @@ def _ranges(idx: np.ndarray, limit: int = 6) -> str:
 def align_faces(frames: np.ndarray, fps: float, *, crop_size: int = 256, expand: float = 0.35,
                 face_index: int = 0, stride: int | None = None, min_presence: float = 0.5,
                 smoothing: float = 1.0, runners: tuple[Runner, Runner] | None = None,
-                progress: Progress | None = None, input_name: str = "image") -> FaceTrack:
+                progress: Progress | None = None, input_name: str = "image",
+                detector: Callable[[np.ndarray], list] | None = None) -> FaceTrack:
     """Find the main face on a photo (N = 1) or video frames and return aligned crops (DH_FACES).
 
     face_index: 0 = the largest face, 1 = the next largest, ... (at first sight and after each
@@ -199,7 +201,7 @@ def align_faces(frames: np.ndarray, fps: float, *, crop_size: int = 256, expand:
         runners = default_runners()
 
     raw = track_faces(frames, runners, stride=stride, face_index=face_index, min_presence=min_presence,
-                      progress=progress)
+                      progress=progress, detector=detector)
     found = raw.found
     what = "the photo" if n == 1 else f"any of the {n} frames"
     if not found.any():

@@ -94,10 +94,14 @@ def landmark_box(landmarks: np.ndarray) -> np.ndarray:
 
 
 def _detect_verified(frame: np.ndarray, run_det: Runner, run_mesh: Runner, min_presence: float,
-                     skip_near: np.ndarray | None = None) -> list[tuple[FaceBox, np.ndarray, float]]:
+                     skip_near: np.ndarray | None = None,
+                     detector: Callable[[np.ndarray], list[FaceBox]] | None = None,
+                     ) -> list[tuple[FaceBox, np.ndarray, float]]:
     """Detections confirmed by the mesh presence score, largest (mesh extent) first. Boxes whose centre lies
-    inside `skip_near` (the tracked face's box) are returned unverified (the track vouches)."""
-    boxes = sorted(detect_faces(frame, run_det), key=lambda b: -b.width * b.height)[:MAX_FACES_CHECKED]
+    inside `skip_near` (the tracked face's box) are returned unverified (the track vouches). `detector`
+    replaces the MediaPipe detector (e.g. insightface SCRFD); the mesh still verifies every box."""
+    found = detector(frame) if detector is not None else detect_faces(frame, run_det)
+    boxes = sorted(found, key=lambda b: -b.width * b.height)[:MAX_FACES_CHECKED]
     out = []
     for box in boxes:
         cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
@@ -138,7 +142,8 @@ def _closest(faces: list, last: np.ndarray) -> int | None:
 
 
 def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: int, face_index: int,
-                min_presence: float, progress: Progress | None = None) -> RawTrack:
+                min_presence: float, progress: Progress | None = None,
+                detector: Callable[[np.ndarray], list[FaceBox]] | None = None) -> RawTrack:
     """Mesh landmarks of one face on every frame where it can be found."""
     run_det, run_mesh = runners
     n = len(frames)
@@ -164,7 +169,7 @@ def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: i
             last_detect = t
             raw.detections += 1
             faces = _detect_verified(frame, run_det, run_mesh, min_presence,
-                                     skip_near=landmark_box(lm) if lm is not None else None)
+                                     skip_near=landmark_box(lm) if lm is not None else None, detector=detector)
             raw.faces_seen.append(len(faces))
             if lm is None and faces:
                 faces = _refined(frame, faces, run_mesh, min_presence)
