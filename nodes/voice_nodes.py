@@ -165,6 +165,13 @@ class ExtractSpeakerEmbedding:
                          f"{result.similarity:.3f} ({result.evaluations} syntheses)")
         elif imitate:
             lines.append("voice: fitted voice reused from cache")
+        else:
+            # The cache may hold this clip's fitted voice from an earlier run; imitate=False means the
+            # nearest bundled voice (its scores are kept when known), so hand out a profile without the fit.
+            speaker = speaker.copy()
+            speaker.extras = {k: v for k, v in speaker.extras.items()
+                              if k == "imitation_voice_scores"
+                              or (not k.startswith("imitation_") and k != "reference_ltas")}
         if save_name:
             target = resolve_inside(f"{save_name}.npz", model_dir(SPEAKER_DIR), what="save_name")
             speaker.save_npz(target)

@@ -108,3 +108,12 @@ def test_cli_reports_user_errors_as_json(tmp_path):
                            str(tmp_path / "x.wav"), "--json"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and not (tmp_path / "x.wav").exists()
     assert json.loads(proc.stdout.strip().splitlines()[-1])["ok"] is False
+
+
+def test_imitate_false_ignores_a_cached_fit(reference, setup_models):
+    node = ExtractSpeakerEmbedding()
+    fitted, _ = node.extract_node(reference, imitate=True, search_budget=6, seed=3)
+    plain, _ = node.extract_node(reference, imitate=False)
+    assert "imitation_timbre_offset" in fitted.extras and "imitation_timbre_offset" not in plain.extras
+    _, report = TRT_TTS().speak("Thank you.", speaker=plain)["result"]
+    assert "imitated" not in report.splitlines()[0]  # a bundled voice speaks
