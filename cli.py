@@ -36,14 +36,19 @@ def _cmd_setup(args: argparse.Namespace) -> dict[str, Any]:
     return run_setup(wheel_dir=Path(args.wheel_dir) if args.wheel_dir else None, only=args.only)
 
 
-def _cmd_embed(args: argparse.Namespace) -> dict[str, Any]:
+def _speaker_from_clip(timer: StageTimer, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """--voice clip -> DH_SPEAKER (LoadReferenceAudio -> ExtractSpeakerEmbedding), timed."""
     from .nodes.voice_nodes import ExtractSpeakerEmbedding, LoadReferenceAudio
 
+    audio, _ = timer.run("load_audio", LoadReferenceAudio().load, audio_file=str(args.voice))
+    return timer.run("embed", ExtractSpeakerEmbedding().extract, reference=audio, backend=args.backend,
+                     reference_text=args.voice_text or "", imitate=not args.no_imitate,
+                     name=Path(args.voice).stem)
+
+
+def _cmd_embed(args: argparse.Namespace) -> dict[str, Any]:
     timer = StageTimer()
-    audio, info = timer.run("load_audio", LoadReferenceAudio().load, audio_file=str(args.voice))
-    speaker, report = timer.run("embed", ExtractSpeakerEmbedding().extract, reference=audio,
-                                backend=args.backend, reference_text=args.voice_text or "",
-                                imitate=not args.no_imitate, name=Path(args.voice).stem)
+    speaker, report = _speaker_from_clip(timer, args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     speaker.save_npz(out)
@@ -52,7 +57,7 @@ def _cmd_embed(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
-    from .nodes.voice_nodes import TRT_TTS, ExtractSpeakerEmbedding, LoadReferenceAudio
+    from .nodes.voice_nodes import TRT_TTS
     from .voice.speaker import SpeakerProfile
 
     timer = StageTimer()
@@ -61,10 +66,7 @@ def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
     if args.speaker:
         speaker = SpeakerProfile.load_npz(Path(args.speaker))
     elif args.voice:
-        audio, _ = timer.run("load_audio", LoadReferenceAudio().load, audio_file=str(args.voice))
-        speaker, embed_report = timer.run("embed", ExtractSpeakerEmbedding().extract, reference=audio,
-                                          backend=args.backend, reference_text=args.voice_text or "",
-                                          imitate=not args.no_imitate, name=Path(args.voice).stem)
+        speaker, embed_report = _speaker_from_clip(timer, args)
     text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     result = timer.run("tts", TRT_TTS().synthesize_to_file, text=text, speaker=speaker, out_path=Path(args.out),
                        language=args.language, speed=args.speed, seed=args.seed, backend=args.backend,
@@ -190,13 +192,10 @@ def _cmd_train_avatar(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     """The main job: voice clip + face + text -> lip-synced MP4 in the cloned voice."""
-    from .nodes.voice_nodes import TRT_TTS, ExtractSpeakerEmbedding, LoadReferenceAudio
+    from .nodes.voice_nodes import TRT_TTS
 
     timer = StageTimer()
-    audio, _ = timer.run("load_voice", LoadReferenceAudio().load, audio_file=str(args.voice))
-    speaker, embed_report = timer.run("embed", ExtractSpeakerEmbedding().extract, reference=audio,
-                                      backend=args.backend, reference_text=args.voice_text or "",
-                                      imitate=not args.no_imitate, name=Path(args.voice).stem)
+    speaker, embed_report = _speaker_from_clip(timer, args)
     text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     speech = timer.run("tts", TRT_TTS()._synthesize, text, speaker, args.language, args.speed, 1.0, "auto",
                        args.backend, "auto")

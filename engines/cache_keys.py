@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from ..assets.pypi_fetch import sha256_file
 from .spec import ModelSpec
 
 _HASH_MEMO: dict[tuple[str, int, int], str] = {}
@@ -23,11 +24,7 @@ def file_sha256(path: Path) -> str:
     cached = _HASH_MEMO.get(memo_key)
     if cached:
         return cached
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    _HASH_MEMO[memo_key] = digest.hexdigest()
+    _HASH_MEMO[memo_key] = sha256_file(Path(path))
     return _HASH_MEMO[memo_key]
 
 

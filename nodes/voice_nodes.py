@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..assets.pypi_fetch import sha256_file
 from .comfy_glue import Progress, list_input_files, resolve_input_file, temp_directory
 
 log = logging.getLogger("digital_human")
@@ -22,14 +23,6 @@ AUDIO_EXTENSIONS = (".wav", ".mp3", ".m4a", ".aac", ".flac", ".ogg", ".opus", ".
 BACKENDS = ["auto", "tensorrt", "torch", "onnxruntime"]
 PRECISIONS = ["auto", "fp16", "fp32"]
 SPEAKER_DIR = "speakers"
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class LoadReferenceAudio:
@@ -59,7 +52,7 @@ class LoadReferenceAudio:
     @classmethod
     def IS_CHANGED(cls, audio_file: str = "", max_seconds: float = 600.0, audio: Any = None) -> str:
         try:
-            return _file_digest(resolve_input_file(audio_file, "audio_file")) + f"|{max_seconds}"
+            return sha256_file(resolve_input_file(audio_file, "audio_file")) + f"|{max_seconds}"
         except (ValueError, OSError):
             return f"{audio_file}|{max_seconds}"
 
