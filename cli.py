@@ -111,7 +111,9 @@ def _cmd_align(args: argparse.Namespace) -> dict[str, Any]:
     preview_path = Path(args.preview) if args.preview else out.with_suffix(".png")
     crops = image_to_uint8(preview)
     picks = crops[np.linspace(0, len(crops) - 1, min(8, len(crops))).astype(int)]
-    Image.fromarray(np.concatenate(list(picks), axis=1)).save(preview_path)
+    partial = preview_path.with_name(f".{preview_path.name}.partial")
+    Image.fromarray(np.concatenate(list(picks), axis=1)).save(partial, format="PNG")
+    partial.replace(preview_path)  # no half-written preview if the process dies
     return {"outputs": [str(out), str(preview_path)], "backend": _loaded("face"), "timings": timer.seconds,
             "frames": len(frames), "found": int(faces.found.sum()), "interpolated": int(faces.interpolated_count),
             "warnings": faces.warnings, "report": report}
@@ -197,8 +199,8 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     timer = StageTimer()
     speaker, embed_report = _speaker_from_clip(timer, args)
     text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
-    speech = timer.run("tts", TRT_TTS()._synthesize, text, speaker, args.language, args.speed, 1.0, "auto",
-                       args.backend, "auto")
+    speech = timer.run("tts", TRT_TTS()._synthesize, text, speaker, language=args.language, speed=args.speed,
+                       strength=1.0, base_voice="auto", backend=args.backend, precision="auto")
     frames, fps, reports = _animate_frames(timer, Path(args.face), speech.waveform, speech.sample_rate, args.model,
                                            args.fps, args.backend, args.max_seconds, args.smooth)
     report = _mux_to(timer, frames, speech.waveform, speech.sample_rate, fps, Path(args.out))

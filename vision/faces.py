@@ -107,8 +107,15 @@ class FaceTrack:
         }
         if include_frames:
             arrays["frames"] = self.frames
-        np.savez_compressed(path, **arrays)
-        return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+        final = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+        partial = final.with_name(f".{final.name}.partial")
+        try:  # through a temporary name: a crash never leaves a truncated track that looks valid
+            with open(partial, "wb") as handle:
+                np.savez_compressed(handle, **arrays)
+            partial.replace(final)
+        finally:
+            partial.unlink(missing_ok=True)
+        return final
 
     @classmethod
     def load_npz(cls, path: str | Path, frames: np.ndarray | None = None) -> "FaceTrack":
