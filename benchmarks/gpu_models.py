@@ -46,10 +46,13 @@ def bench(spec, feeds: dict, per_item: int, label: str, unit: str, repeats: int,
     configs += [("torch", "fp16", "torch FP16 + CUDA graphs")] if device == "cuda" else [("onnxruntime", "fp32", "ONNX Runtime CPU")]
     for backend, precision, name in configs:
         loader.release()
-        runner = loader.get(spec, backend=backend, precision=precision)
         if device == "cuda" and "baseline" in name:
-            runner._use_graphs = False  # eager: no CUDA graphs for the baseline
-            runner.info.notes = [n for n in runner.info.notes if "CUDA graphs" not in n]
+            from digital_human.engines import backend_torch
+
+            # eager: the torch backend itself, without the CUDA graphs the loader's runner captures
+            runner = backend_torch.load(spec, device, precision, use_cuda_graphs=False)
+        else:
+            runner = loader.get(spec, backend=backend, precision=precision)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         seconds = _time(lambda: runner(feeds), repeats, sync)
