@@ -1,11 +1,17 @@
-"""Whole chain, text to MP4, per stage: the main job's speed on this machine.
+"""Whole chain, text to MP4, per stage: the main job's speed on this machine (CPU or GPU).
 
 Runs the same node code as `digital-human run` (TTS in the fitted voice -> FaceAlign -> TRT_TalkingHead
-portrait -> TemporalSmooth -> VideoMux) for ~10 s and ~60 s of speech, warm (models loaded, voice fitted
+-> TemporalSmooth -> VideoMux) for ~10 s and ~60 s of speech, warm (models loaded, voice fitted
 beforehand: fitting happens once per voice and is reported separately), median of repeats, next to the
 same chain with every neural stage forced to eager FP32 torch (the baseline, measured in the same run).
+On a CUDA machine it also reports peak GPU memory per run and, with --unload, the peak with each stage's
+models released after use (the small-GPU mode) next to keeping everything loaded.
 
   python benchmarks/chain.py [--repeats 2] [--json benchmarks/out/chain.json]
+  python benchmarks/chain.py --speaker spk.npz ...        # a saved DH_SPEAKER (fitted once, reused;
+                                                         # machines without librosa need this)
+  python benchmarks/chain.py --models portrait clone     # clone: random-weight avatar of the photo
+                                                         # (its speed does not depend on the weights)
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,35 +41,124 @@ TEXTS["60s"] = " ".join([TEXTS["10s"],
     "person would. Then the face is found in a photo, the mouth is animated from the sound, the flicker is smoothed "
     "away, and finally everything is written into a video file that plays in any browser. All of this runs on an "
     "ordinary computer, and much faster on a graphics card."])
+RANDOM_AVATAR = "bench_random"
 
 
-def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path) -> dict[str, float]:
+def _cuda():
+    try:
+        import torch
+
+        return torch if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
+def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model: str = "portrait",
+              unload: bool = False) -> dict[str, float]:
+    """One text -> MP4 run through the nodes; stage seconds, audio seconds and (CUDA) peak GPU MiB.
+    unload: release each stage's models once the stage is done (engines.loader.release)."""
+    from digital_human.audio import to_comfy_audio
+    from digital_human.engines import loader
     from digital_human.media.mux import mux_video
+    from digital_human.media.probe import probe_media
     from digital_human.nodes.image_convert import image_to_uint8
     from digital_human.nodes.talking_head_nodes import TRT_TalkingHead
     from digital_human.nodes.video_nodes import FaceAlign, TemporalSmooth
     from digital_human.nodes.voice_nodes import TRT_TTS
-    from digital_human.audio import to_comfy_audio
 
     t: dict[str, float] = {}
+    torch = _cuda()
+    if torch is not None:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
 
     def stage(name, fn, *a, **k):
         start = time.perf_counter()
         result = fn(*a, **k)
+        if torch is not None:
+            torch.cuda.synchronize()
         t[name] = time.perf_counter() - start
         return result
 
     speech = stage("tts", TRT_TTS()._synthesize, text, speaker, "en", 1.0, 1.0, "auto", backend, "auto")
+    if unload:
+        loader.release("voice")
     faces, _, _ = stage("align", FaceAlign().align, face_image, 25.0, backend=backend)
     out = stage("talking_head", TRT_TalkingHead().animate, faces, to_comfy_audio(speech.waveform, speech.sample_rate),
-                model="portrait", fps=25.0, backend=backend)
+                model=model, fps=25.0, backend=backend)
+    if unload:
+        loader.release("face")
     frames, track, _ = out["result"]
     smoothed, _ = stage("smooth", TemporalSmooth().smooth, frames, strength=0.5, fps=25.0, faces=track)
     pixels = stage("to_uint8", image_to_uint8, smoothed)
-    stage("mux", mux_video, pixels, speech.waveform, speech.sample_rate, 25.0, out_dir / f"chain_{backend}.mp4")
+    path = out_dir / f"chain_{backend}_{model.replace(':', '_')}.mp4"
+    stage("mux", mux_video, pixels, speech.waveform, speech.sample_rate, 25.0, path)
     t["total"] = sum(t.values())
     t["audio_s"] = speech.audio_seconds
+    probe = probe_media(path)  # outside the timing: the benchmark's own check that the MP4 is valid
+    if probe.video_codec != "h264" or probe.frame_count < 1 or abs(probe.video_duration - speech.audio_seconds) > 0.1:
+        raise RuntimeError(f"chain output {path} is not a valid MP4 of the speech: {probe}")
+    if torch is not None:
+        t["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
     return t
+
+
+def load_or_fit_speaker(voice: Path, speaker_file: Path | None):
+    """DH_SPEAKER with the fitted voice: from `speaker_file` when it exists, else fitted from `voice`
+    (and saved to `speaker_file` when given). Returns (speaker, seconds spent fitting or loading)."""
+    from digital_human.nodes.voice_nodes import ExtractSpeakerEmbedding, LoadReferenceAudio
+    from digital_human.voice.speaker import SpeakerProfile
+
+    start = time.perf_counter()
+    if speaker_file is not None and speaker_file.is_file():
+        return SpeakerProfile.load_npz(speaker_file), time.perf_counter() - start
+    reference, _ = LoadReferenceAudio().load(audio_file=str(voice))
+    speaker, _ = ExtractSpeakerEmbedding().extract(reference, imitate=True)
+    if speaker_file is not None:
+        speaker.save_npz(speaker_file)
+    return speaker, time.perf_counter() - start
+
+
+def random_avatar(face_image) -> str:
+    """A clone avatar of the photo with random generator weights (seeded), for speed runs only."""
+    import torch
+
+    from digital_human.engines.talking_head.avatar_store import avatar_dir, write_meta, write_reference
+    from digital_human.engines.talking_head.clone_model import (CloneGenerator, GeneratorConfig,
+                                                                export_generator_onnx, save_generator)
+    from digital_human.engines.talking_head.audio_features import MelConfig
+    from digital_human.nodes.video_nodes import FaceAlign
+
+    faces, _, _ = FaceAlign().align(face_image, 25.0)
+    config = GeneratorConfig(crop_size=faces.crop_size)
+    torch.manual_seed(0)
+    model = CloneGenerator(config).eval()
+    folder = avatar_dir(RANDOM_AVATAR, create=True)
+    save_generator(model, folder / "generator.safetensors")
+    export_generator_onnx(model, folder / "generator.onnx", check=False)
+    write_reference(folder, faces.crops[0], faces.crop_landmarks()[0])
+    write_meta(folder, {"name": RANDOM_AVATAR, "model": "clone", "crop_size": config.crop_size,
+                        "generator": config.to_dict(), "audio_features": MelConfig().to_dict(), "steps": 0,
+                        "loss": float("nan"), "note": "random weights: speed benchmarks only",
+                        "neutral_frame": 0, "frames": 1, "source_fps": 25.0, "train_seconds": 0.0,
+                        "device": "none", "seed": 0, "footage_seconds": 0.0, "date": "", "onnx_parity_max_abs": None})
+    return f"clone:{RANDOM_AVATAR}"
+
+
+def environment() -> dict:
+    import numpy as np
+
+    info = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "load_avg": os.getloadavg(), "python": platform.python_version(), "numpy": np.__version__}
+    torch = _cuda()
+    if torch is not None:
+        info.update(device=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=torch.version.cuda)
+        try:
+            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                            capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return info
 
 
 def main() -> None:
@@ -71,38 +167,50 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--face", type=Path, default=DATA / "image" / "face_02_male.png")
     parser.add_argument("--voice", type=Path, default=DATA / "audio" / "spk_en_male_01.wav")
+    parser.add_argument("--speaker", type=Path, help="saved DH_SPEAKER .npz (fitted voice); written if missing")
     parser.add_argument("--lengths", nargs="*", default=list(TEXTS))
+    parser.add_argument("--models", nargs="*", default=["portrait"], choices=["portrait", "clone"])
+    parser.add_argument("--no-baseline", action="store_true", help="skip the eager FP32 rows")
+    parser.add_argument("--unload", action="store_true", help="also run with stage unloading (peak GPU memory)")
     args = parser.parse_args()
     import_pack()
     import numpy as np
     from PIL import Image
 
     from digital_human.nodes.image_convert import uint8_to_image
-    from digital_human.nodes.voice_nodes import ExtractSpeakerEmbedding, LoadReferenceAudio
 
-    start = time.perf_counter()
-    reference, _ = LoadReferenceAudio().load(audio_file=str(args.voice))
-    speaker, _ = ExtractSpeakerEmbedding().extract(reference, imitate=True)
-    fit_seconds = time.perf_counter() - start
+    speaker, fit_seconds = load_or_fit_speaker(args.voice, args.speaker)
     with Image.open(args.face) as img:
         face = uint8_to_image(np.asarray(img.convert("RGB"))[None])
     out_dir = Path(tempfile.mkdtemp(prefix="dh-chain-"))
-    report = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-              "load_avg": os.getloadavg(), "voice_fit_s_(cached_after_first)": round(fit_seconds, 2), "rows": []}
+    report = {**environment(), "voice_fit_or_load_s": round(fit_seconds, 2), "rows": []}
+    models = {"portrait": "portrait"}
+    if "clone" in args.models:
+        models["clone"] = random_avatar(face)
+    configs = [("auto", False, "node path (auto)")]
+    if args.unload and _cuda() is not None:
+        configs.append(("auto", True, "node path, stages unloaded"))
+    if not args.no_baseline:
+        configs.append(("torch", False, "eager FP32 torch (baseline)"))
     for length in args.lengths:
-        for backend, label in (("auto", "node path (auto)"), ("torch", "eager FP32 torch (baseline)")):
-            run_chain(TEXTS[length], speaker, face, backend, out_dir)  # warm-up: loads models
-            runs = [run_chain(TEXTS[length], speaker, face, backend, out_dir) for _ in range(args.repeats)]
-            median = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
-            median["rtf"] = round(median["total"] / median["audio_s"], 3)
-            row = {"speech": length, "config": label, **median}
-            report["rows"].append(row)
-            print(json.dumps(row), flush=True)
-    print("\n| speech | config | audio s | tts | align | talking head | smooth | mux | total s | x real time |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+        for model_key in args.models:
+            for backend, unload, label in configs:
+                run_chain(TEXTS[length], speaker, face, backend, out_dir, models[model_key], unload)  # warm-up
+                runs = [run_chain(TEXTS[length], speaker, face, backend, out_dir, models[model_key], unload)
+                        for _ in range(args.repeats)]
+                median = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+                median["rtf"] = round(median["total"] / median["audio_s"], 3)
+                row = {"speech": length, "model": model_key, "config": label, **median}
+                report["rows"].append(row)
+                print(json.dumps(row), flush=True)
+    print(f"\n{report.get('device', report['machine'])}")
+    print("| speech | model | config | audio s | tts | align | talking head | smooth | to uint8 | mux | total s | "
+          "x real time | peak GPU MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in report["rows"]:
-        print(f"| {r['speech']} | {r['config']} | {r['audio_s']:.1f} | {r['tts']:.2f} | {r['align']:.2f} | "
-              f"{r['talking_head']:.2f} | {r['smooth']:.2f} | {r['mux']:.2f} | {r['total']:.2f} | {r['rtf']:.2f} |")
+        print(f"| {r['speech']} | {r['model']} | {r['config']} | {r['audio_s']:.1f} | {r['tts']:.2f} | {r['align']:.2f} | "
+              f"{r['talking_head']:.2f} | {r['smooth']:.2f} | {r['to_uint8']:.2f} | {r['mux']:.2f} | {r['total']:.2f} | "
+              f"{r['rtf']:.3f} | {r.get('peak_gpu_mib', float('nan')):.0f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1))

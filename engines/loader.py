@@ -92,6 +92,7 @@ class EngineLoader:
 
     def __init__(self, vram_budget_bytes: int | None = None) -> None:
         self._runners: OrderedDict[str, tuple[Runner, int, str]] = OrderedDict()
+        self._failed: dict[str, str] = {}  # cache key -> why that backend could not load (until release())
         self._lock = threading.RLock()
         self.vram_budget = vram_budget_bytes
         self.load_count = 0  # how many real loads happened (tests check cache hits with it)
@@ -108,11 +109,15 @@ class EngineLoader:
                 if key in self._runners:
                     self._runners.move_to_end(key)
                     return self._runners[key][0]
+                if key in self._failed:  # said once already; a missing library does not appear mid-run
+                    tried.append(self._failed[key])
+                    continue
                 try:
                     runner = self._load_with_budget(spec, name, device, precision)
                 except Exception as exc:  # fall through to the next backend, and say why
                     reason = f"{name}-{device}: {exc}"
                     tried.append(reason)
+                    self._failed[key] = reason
                     log.warning("[digital_human] %s could not load on %s (%s); trying the next backend",
                                 spec.name, f"{name}-{device}", exc)
                     continue
@@ -152,6 +157,7 @@ class EngineLoader:
             keys = [k for k, (_, _, s) in self._runners.items() if stage is None or s == stage]
             for key in keys:
                 self._runners.pop(key)[0].release()
+            self._failed.clear()  # e.g. the user freed VRAM or installed TensorRT: try again
         if keys:
             try:
                 import torch
@@ -183,6 +189,22 @@ _LOADER = EngineLoader(
 def get(spec: ModelSpec, backend: str = "auto", precision: str = "auto", stage: str = "") -> Runner:
     """Return a ready runner for `spec` (loaded once per process and cached)."""
     return _LOADER.get(spec, backend, precision, stage)
+
+
+def bound(spec: ModelSpec, backend: str = "auto", precision: str = "auto", stage: str = "") -> Callable[[dict], dict]:
+    """A callable `feeds -> outputs` that looks its runner up in the loader on every call (a dict
+    lookup), so code that keeps it (per-module caches, trackers) never runs a runner that was
+    released by `release(stage)` or evicted under the VRAM budget: it is loaded again instead.
+    The first load happens here, so missing models fail at once. `.info`/`.input_names()` describe
+    the runner loaded now."""
+    first = get(spec, backend, precision, stage)
+
+    def run(feeds: dict) -> dict:
+        return get(spec, backend, precision, stage)(feeds)
+
+    run.info = first.info  # type: ignore[attr-defined]
+    run.input_names = first.input_names  # type: ignore[attr-defined]
+    return run
 
 
 def release(stage: str | None = None) -> int:

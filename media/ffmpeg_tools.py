@@ -16,6 +16,15 @@ class FFmpegMissingError(RuntimeError):
 @functools.lru_cache(maxsize=1)
 def ffmpeg_exe() -> str:
     """Path of the ffmpeg binary (IMAGEIO_FFMPEG_EXE overrides the bundled one)."""
+    override = os.environ.get("IMAGEIO_FFMPEG_EXE")
+    if override:
+        # honoured without imageio-ffmpeg installed too: machines that bring their own ffmpeg
+        # (a system build, or the GPU benchmark machine's carried one) need not install the 68 MB wheel
+        if not os.path.isfile(override) or not os.access(override, os.X_OK):
+            raise FFmpegMissingError(f"IMAGEIO_FFMPEG_EXE points at '{override}', which is not an executable file. "
+                                     "Fix: set it to the full path of an ffmpeg binary, or unset it to use "
+                                     "imageio-ffmpeg's bundled one.")
+        return override
     try:
         import imageio_ffmpeg
     except ImportError as exc:

@@ -27,6 +27,7 @@ import numpy as np
 
 from .ffmpeg_tools import base_args, drain_stderr, stderr_tail
 from .probe import MediaProbe, ProbeError, probe_media
+from .wav_float import write_float_wav
 
 LENGTH_MODES = ("pad_audio", "hold_last_frame", "trim", "stretch_none")
 FORMATS = ("mp4", "webm")
@@ -387,11 +388,9 @@ def mux_video(
     done = 0
     try:
         if wave is not None:
-            import soundfile as sf  # BSD-3-Clause; float WAV keeps the samples exact
-
-            try:
-                sf.write(str(wav_tmp), wave.T, int(sample_rate), subtype="FLOAT", format="WAV")
-            except RuntimeError as exc:  # soundfile.LibsndfileError: unwritable folder, disk full
+            try:  # float WAV keeps the samples exact
+                write_float_wav(wav_tmp, wave, int(sample_rate))
+            except OSError as exc:  # unwritable folder, disk full
                 raise OSError(f"writing the temporary WAV '{wav_tmp.name}' failed: {exc}") from exc
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, bufsize=0)

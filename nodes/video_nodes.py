@@ -172,9 +172,7 @@ class TemporalSmooth:
             if len(faces.frames) != len(frames):
                 raise ValueError(f"faces has {len(faces.frames)} frames but images has {len(frames)}: connect the "
                                  "DH_FACES output of the node that produced these images")
-            mask = _frame_masks(faces, frames.shape[1], frames.shape[2])
-            region = _mask_box(mask)
-            mask = mask[:, region[0], region[1]]
+            mask, region = _frame_masks(faces, frames.shape[1], frames.shape[2])
         # Work on the face's bounding box only: the rest of the frame is returned untouched anyway,
         # and whole-frame float copies of a long video cost seconds and gigabytes.
         box = np.ascontiguousarray(frames[:, region[0], region[1]])
@@ -192,36 +190,60 @@ class TemporalSmooth:
         return (torch.from_numpy(frames), report)
 
 
-def _mask_box(masks: np.ndarray) -> tuple[slice, slice]:
-    """Rows/columns holding any mask weight in any frame (plus nothing else)."""
-    covered = masks.max(axis=0) > 0
-    rows, cols = np.flatnonzero(covered.any(axis=1)), np.flatnonzero(covered.any(axis=0))
-    if rows.size == 0:
-        return slice(0, 0), slice(0, 0)
-    return slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1)
-
-
-def _frame_masks(faces: Any, height: int, width: int) -> np.ndarray:
-    """Lower-face masks of every frame, warped from crop space into frame space."""
+def _frame_masks(faces: Any, height: int, width: int) -> tuple[np.ndarray, tuple[slice, slice]]:
+    """Lower-face masks warped from crop space into frame space, only over the frame box they can
+    cover (a 512-px video's masks are mostly zeros; whole-frame float masks of a minute of video
+    would cost gigabytes). Returns (masks, (rows, cols)): masks [h, w] when every frame shares one
+    (a photo held for N frames), else [N, h, w]. Identical (landmarks, transform) pairs are warped once."""
     from ..vision.align import warp_image
     from ..vision.paste import lower_face_masks
 
-    crop_masks = lower_face_masks(faces.crop_landmarks()[..., :2], faces.crop_size)
-    inverse = faces.inverse_affines()
-    masks = np.empty((len(crop_masks), height, width), np.float32)
-    for i, (crop_mask, inv) in enumerate(zip(crop_masks, inverse)):
-        masks[i] = warp_image(crop_mask.astype(np.float32), inv, width, height, border="zero")
-    return masks
+    landmarks = np.ascontiguousarray(faces.crop_landmarks()[..., :2], np.float32)
+    inverse = np.ascontiguousarray(faces.inverse_affines(), np.float64)
+    unique_id: dict[bytes, int] = {}
+    firsts: list[int] = []  # unique id -> its first frame
+    which = np.empty(len(landmarks), np.int64)
+    for i in range(len(landmarks)):
+        key = landmarks[i].tobytes() + inverse[i].tobytes()
+        if key not in unique_id:
+            unique_id[key] = len(firsts)
+            firsts.append(i)
+        which[i] = unique_id[key]
+    crop_masks = lower_face_masks(landmarks[firsts], faces.crop_size).astype(np.float32)
+    # frame box: the union of each mask's support corners mapped into the frame (+1 px for bilinear spill)
+    corners = []
+    for crop_mask, inv in zip(crop_masks, inverse[firsts]):
+        rows, cols = np.flatnonzero(crop_mask.any(axis=1)), np.flatnonzero(crop_mask.any(axis=0))
+        if rows.size:
+            box = np.array([[cols[0], rows[0]], [cols[-1] + 1, rows[0]], [cols[0], rows[-1] + 1],
+                            [cols[-1] + 1, rows[-1] + 1]], np.float64)
+            corners.append(box @ inv[:, :2].T + inv[:, 2])
+    if not corners:
+        return np.zeros((0, 0), np.float32), (slice(0, 0), slice(0, 0))
+    pts = np.concatenate(corners)
+    x0, y0 = (max(0, int(np.floor(v)) - 1) for v in pts.min(axis=0))
+    x1, y1 = min(width, int(np.ceil(pts[:, 0].max())) + 2), min(height, int(np.ceil(pts[:, 1].max())) + 2)
+    if x1 <= x0 or y1 <= y0:
+        return np.zeros((0, 0), np.float32), (slice(0, 0), slice(0, 0))
+    unique = np.empty((len(firsts), y1 - y0, x1 - x0), np.float32)
+    for u, (crop_mask, inv) in enumerate(zip(crop_masks, inverse[firsts])):
+        shifted = inv.copy()
+        shifted[:, 2] -= (x0, y0)  # warp straight into the box
+        unique[u] = warp_image(crop_mask, shifted, x1 - x0, y1 - y0, border="zero")
+    masks = unique[0] if len(unique) == 1 else unique[which]
+    return masks, (slice(y0, y1), slice(x0, x1))
 
 
-def _flicker(frames: np.ndarray, mask: np.ndarray | None) -> float:
-    """Mean |frame-to-frame change| (inside the mask), accumulated frame by frame to stay light."""
+def _flicker(frames: np.ndarray, mask: np.ndarray | None, step: int = 2) -> float:
+    """Mean |frame-to-frame change| (inside the mask) on every `step`-th pixel row/column: a report
+    figure, so a quarter of the pixels is plenty and keeps it cheap on long videos."""
     if len(frames) < 2 or frames.size == 0:
         return 0.0
     total = weight_sum = 0.0
+    sub = (slice(None, None, step), slice(None, None, step))
     for i in range(1, len(frames)):
-        diff = np.abs(frames[i] - frames[i - 1]).mean(axis=-1)
-        weight = mask[i] if mask is not None else None
+        diff = np.abs(frames[i][sub] - frames[i - 1][sub]).mean(axis=-1)
+        weight = None if mask is None else (mask[sub] if mask.ndim == 2 else mask[i][sub])
         total += float((diff * weight).sum()) if weight is not None else float(diff.sum())
         weight_sum += float(weight.sum()) if weight is not None else diff.size
     return total / max(weight_sum, 1e-6)

@@ -107,6 +107,41 @@ def test_auto_falls_back_and_reports_why(tiny_spec):
     assert "fallback after" in runner.info.summary()
 
 
+def test_failed_backend_is_tried_once_until_release(tiny_spec):
+    """A backend that cannot load (TensorRT not installed) is not retried, nor warned about, on every
+    call of a long job; release() forgets the failures (the user may have fixed the cause)."""
+    fresh = loader_mod.EngineLoader()
+    fresh._has_cuda = lambda: True
+    attempts = []
+
+    def fake_load(spec, backend, device, precision):
+        attempts.append(backend)
+        if backend == "tensorrt":
+            raise RuntimeError("TensorRT is not installed")
+        return _RecordingRunner(RunnerInfo(spec.name, f"{backend}-{device}", device, "fp32"))
+
+    fresh._loader = fake_load
+    first = fresh.get(tiny_spec)
+    again = fresh.get(tiny_spec)
+    assert again is first and attempts == ["tensorrt", "torch"]
+    fresh.release()
+    fresh.get(tiny_spec)
+    assert attempts == ["tensorrt", "torch", "tensorrt", "torch"]
+
+
+def test_bound_runner_survives_release(tiny_spec, monkeypatch):
+    """Stage unloading (release) must not leave cached callables pointing at a released runner."""
+    fresh = loader_mod.EngineLoader()
+    monkeypatch.setattr(loader_mod, "_LOADER", fresh)
+    run = loader_mod.bound(tiny_spec, backend="torch", stage="face")
+    x = np.random.default_rng(0).standard_normal((2, 5, 4)).astype(np.float32)
+    before = run({"x": x})["y"]
+    assert loader_mod.release("face") == 1 and fresh.loaded() == []
+    after = run({"x": x})["y"]  # reloaded, not a crash on the released module
+    np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-6)
+    assert fresh.load_count == 2 and run.info.model == "tiny" and run.input_names() == ["x"]
+
+
 def test_no_backend_error_lists_every_reason(tiny_spec):
     fresh = loader_mod.EngineLoader()
     fresh._has_cuda = lambda: False

@@ -257,3 +257,40 @@ def test_rotated_video_is_read_upright(tmp_path):
     assert back.shape == (5, 64, 32, 3)
     red_rows = back[0, :, :, 0].mean(axis=1)
     assert abs(red_rows[0] - red_rows[-1]) > 200  # the stripe now runs along the top or bottom
+
+
+def test_ffmpeg_override_is_used_without_imageio_ffmpeg(tmp_path, monkeypatch):
+    """IMAGEIO_FFMPEG_EXE wins (a machine with its own ffmpeg needs no imageio-ffmpeg); a bad path
+    gives an error that names the variable."""
+    import sys
+
+    from digital_human.media import ffmpeg_tools
+
+    exe = tmp_path / "my-ffmpeg"
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(exe))
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # import fails as if not installed
+    ffmpeg_tools.ffmpeg_exe.cache_clear()
+    try:
+        assert ffmpeg_tools.ffmpeg_exe() == str(exe)
+        monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(tmp_path / "missing"))
+        ffmpeg_tools.ffmpeg_exe.cache_clear()
+        with pytest.raises(ffmpeg_tools.FFmpegMissingError, match="IMAGEIO_FFMPEG_EXE"):
+            ffmpeg_tools.ffmpeg_exe()
+    finally:
+        ffmpeg_tools.ffmpeg_exe.cache_clear()
+
+
+def test_float_wav_writer_round_trips_through_soundfile(tmp_path):
+    sf = pytest.importorskip("soundfile")
+    from digital_human.media.wav_float import write_float_wav
+
+    wave = np.random.default_rng(0).uniform(-1, 1, (2, 4801)).astype(np.float32)
+    write_float_wav(tmp_path / "x.wav", wave, 48000)
+    back, sr = sf.read(str(tmp_path / "x.wav"), dtype="float32", always_2d=True)
+    info = sf.info(str(tmp_path / "x.wav"))
+    assert sr == 48000 and info.subtype == "FLOAT" and back.shape == (4801, 2)
+    assert np.array_equal(back.T, wave)
+    with pytest.raises(ValueError, match="wave must be"):
+        write_float_wav(tmp_path / "y.wav", np.zeros((1, 2, 3)), 48000)

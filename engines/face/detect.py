@@ -255,7 +255,9 @@ def engine_runner(spec: object, backend: str = "auto", precision: str = "auto") 
     """Adapt an engine-layer runner (dict of named inputs) to this module's `batch -> outputs`."""
     from .. import loader
 
-    runner = loader.get(spec, backend=backend, precision=precision, stage="face")  # type: ignore[arg-type]
+    # bound(): default_runners is cached per process, the runner behind it may be released (stage
+    # unloading) or evicted; the bound callable reloads it instead of running a released one
+    runner = loader.bound(spec, backend=backend, precision=precision, stage="face")  # type: ignore[arg-type]
     input_name = runner.input_names()[0]
 
     def run(batch: np.ndarray) -> dict:

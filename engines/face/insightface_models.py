@@ -263,7 +263,7 @@ def _engine_runner(spec: ModelSpec, backend: str) -> Callable[[np.ndarray], dict
     """The one place that runs the graph (engine loader: ONNX Runtime on CPU, TensorRT/torch on GPU)."""
     from .. import loader
 
-    runner = loader.get(spec, backend=backend, precision="auto", stage="face")
+    runner = loader.bound(spec, backend=backend, precision="auto", stage="face")  # survives release("face")
     name = spec.input_names[0]
     return lambda batch: runner({name: np.ascontiguousarray(batch, np.float32)})
 
