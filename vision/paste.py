@@ -22,6 +22,7 @@ import numpy as np
 from . import align as _align
 from .align import warp_image
 from .faces import apply_affines, invert_affines
+from .parallel import for_each_frame
 
 # MediaPipe face-mesh silhouette, in order around the face (forehead 10 -> right side -> chin 152).
 FACE_OVAL = (10, 338, 297, 332, 284, 251, 389, 356, 454, 323, 361, 288, 397, 365, 379, 378, 400, 377,
@@ -186,8 +187,14 @@ def paste_back_batch(frames: np.ndarray, crops: np.ndarray, affines: np.ndarray,
     if masks.ndim == 2:
         masks = np.broadcast_to(masks, (n, *masks.shape))
     out = np.empty_like(frames)
-    for t in range(n):
+
+    def one(t: int) -> None:
         out[t] = paste_back(frames[t], crops[t], affines[t], masks[t], color_match, keep_detail)
+
+    chunk = 32  # progress after each chunk; frames inside a chunk run on the worker threads
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        for_each_frame(one, start, stop)
         if progress is not None:
-            progress(t + 1, n)
+            progress(stop, n)
     return out

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...vision import align as _align
 from ...vision.faces import apply_affines, invert_affines
+from ...vision.parallel import for_each_frame
 from ...vision.paste import lower_face_mask
 from .driver import (TalkingHeadResult, frame_schedule, output_frame_count, render_frames, schedule_track,
                      validate_audio, validate_track)
@@ -78,15 +79,20 @@ def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | No
             raise InterruptedError(f"talking head interrupted after {start} of {n_out} frames")
         stop = min(start + batch_size, n_out)
         t1 = time.perf_counter()
-        for i in range(start, stop):
-            r = int(idx[i])
+        for r in np.unique(idx[start:stop]):  # per reference frame, before the threads read them
+            r = int(r)
             if r not in geoms:
                 geoms[r] = mouth_geometry(track.crops[r], crop_lms[r])
                 masks[r] = lower_face_mask(crop_lms[r], size, jaw_margin=MASK_JAW_MARGIN)
+
+        def render_one(i: int) -> None:  # writes only slot i
+            r = int(idx[i])
             pose = MouthPose(float(params.jaw_open[i]), float(params.lip_open[i]), float(params.width[i]),
                              float(params.round[i]))
             crops[i] = render_mouth(track.crops[r], geoms[r], pose)
             lms_out[i, :, :2] = apply_affines(drive_landmarks(geoms[r], crop_lms[r], pose), inv[i])
+
+        for_each_frame(render_one, start, stop)
         t2 = time.perf_counter()
         batch = schedule_track(sched, np.arange(start, stop))
         frames[start:stop] = render_frames(batch, crops[start:stop], np.stack([masks[int(r)] for r in idx[start:stop]]))
