@@ -42,7 +42,9 @@ class TRT_TalkingHead:
                 "fps": ("FLOAT", {"default": 25.0, "min": 1.0, "max": 120.0, "step": 0.01,
                                   "tooltip": "Output frame rate (the one clock used by VideoMux too)."}),
                 "loop_mode": (["ping-pong", "loop", "hold"], {"default": "ping-pong"}),
-                "batch_size": ("INT", {"default": 32, "min": 1, "max": 512}),
+                "batch_size": ("INT", {"default": 0, "min": 0, "max": 512,
+                                       "tooltip": "Frames per generator call. 0 = automatic: sized to the free GPU "
+                                                  "memory (up to 64), 32 on CPU."}),
                 "strength": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 2.0, "step": 0.05,
                                        "tooltip": "Mouth motion amplitude (portrait)."}),
                 "max_audio_seconds": ("FLOAT", {"default": 600.0, "min": 1.0, "max": 7200.0, "step": 1.0}),
@@ -68,7 +70,7 @@ class TRT_TalkingHead:
         return f"model '{model}' not found: train it with TrainAvatar (avatars live in models/digital_human/avatars)"
 
     def animate(self, faces: Any, audio: dict, model: str = "portrait", fps: float = 25.0,
-                loop_mode: str = "ping-pong", batch_size: int = 32, strength: float = 1.0,
+                loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
                 max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
                 avatar: Any = None):
         from ..audio import from_comfy_audio
@@ -92,7 +94,7 @@ class TRT_TalkingHead:
             from ..engines.talking_head.portrait import animate_portrait
 
             result = animate_portrait(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
-                                      max_audio_seconds=max_audio_seconds, batch_size=batch_size,
+                                      max_audio_seconds=max_audio_seconds, batch_size=batch_size or 64,
                                       progress=report_progress, should_stop=interrupted)
         else:
             raise ValueError(f"model must be 'portrait' or 'clone:<avatar name>', got '{model}'")

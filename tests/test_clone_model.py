@@ -150,3 +150,26 @@ def test_saturated_head_keeps_a_gradient_under_bf16_autocast():
     with torch.no_grad():
         plain = model(src, ref, audio)
     assert torch.allclose(plain, out.detach(), atol=2e-2)
+
+
+def test_batch_size_from_free_memory():
+    from digital_human.engines.talking_head.clone_model import (MAX_BATCH, batch_for_free_memory,
+                                                                inference_bytes_per_frame)
+
+    config = GeneratorConfig()
+    per_frame = inference_bytes_per_frame(config)
+    assert 4e6 < per_frame < 20e6  # ~8.7 MB in FP16 at the 256-px default
+    assert inference_bytes_per_frame(config, 4) == 2 * per_frame
+    assert batch_for_free_memory(100 << 30, config) == MAX_BATCH  # a big GPU: the profile's maximum
+    assert batch_for_free_memory(10 * per_frame, config) == 5  # half of the free memory
+    assert batch_for_free_memory(0, config) == 1  # never 0
+
+
+def test_auto_batch_on_cpu_is_32():
+    from types import SimpleNamespace
+
+    from digital_human.engines.talking_head.clone_infer import resolve_batch_size
+
+    cpu_runner = SimpleNamespace(info=SimpleNamespace(device="cpu"), precision="fp32")
+    assert resolve_batch_size(0, cpu_runner, GeneratorConfig()) == 32
+    assert resolve_batch_size(7, cpu_runner, GeneratorConfig()) == 7

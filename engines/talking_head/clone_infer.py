@@ -18,7 +18,8 @@ from ...vision.faces import FaceTrack
 from ...vision.paste import lower_face_mask
 from .audio_features import windows_for_frames
 from .avatar_store import AvatarInfo, load_avatar
-from .clone_model import GeneratorConfig, crops_to_regions, generator_spec, regions_into_crops
+from .clone_model import (GeneratorConfig, batch_for_free_memory, crops_to_regions, generator_spec,
+                          regions_into_crops)
 from .driver import (TalkingHeadResult, frame_schedule, output_frame_count, render_frames, schedule_track,
                      validate_audio, validate_track)
 from .train_avatar import crops_at_size
@@ -44,6 +45,19 @@ def _resize(img: np.ndarray, size: int) -> np.ndarray:
     k = img.shape[0] / float(size)  # numpy fallback: bilinear through the shared warp
     return np.clip(np.rint(_align.warp_image(img, np.array([[1 / k, 0, 0], [0, 1 / k, 0]]), size, size)),
                    0, 255).astype(np.uint8)
+
+
+def resolve_batch_size(requested: int, runner, config: GeneratorConfig) -> int:
+    """`requested` when > 0; 0 = automatic: on CUDA the largest batch whose activations fit in half the
+    free GPU memory (at most the engine profiles' 64), elsewhere 32."""
+    if requested > 0:
+        return int(requested)
+    if getattr(runner.info, "device", "cpu") != "cuda":
+        return 32
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    return batch_for_free_memory(free, config, 2 if runner.precision == "fp16" else 4)
 
 
 def generate_regions(runner, sources: np.ndarray, references: np.ndarray, windows: np.ndarray,
@@ -85,8 +99,8 @@ def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray,
     wave = validate_audio(audio, sample_rate, max_audio_seconds)
     if reference not in REFERENCE_MODES:
         raise ValueError(f"reference must be one of {REFERENCE_MODES}, got {reference!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if batch_size < 0:
+        raise ValueError(f"batch_size must be >= 1, or 0 for automatic, got {batch_size}")
     config: GeneratorConfig = info.generator_config
     fps = float(fps) if fps and fps > 0 else float(track.fps)
     n_out = output_frame_count(len(wave) / float(sample_rate), fps)
@@ -104,6 +118,7 @@ def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray,
     t1 = time.perf_counter()
     runner = generator_runner(info, backend, precision)
     timings["load"] = time.perf_counter() - t1
+    batch_size = resolve_batch_size(batch_size, runner, config)
     t2 = time.perf_counter()
     regions = generate_regions(runner, sources, refs, windows, batch_size, should_stop)
     timings["generate"] = time.perf_counter() - t2

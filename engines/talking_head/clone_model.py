@@ -249,6 +249,30 @@ def generator_spec(onnx_path: Path, weights_path: Path | None = None, name: str 
                      input_names=INPUT_NAMES, output_names=OUTPUT_NAMES)
 
 
+# --- batch size from free GPU memory -----------------------------------------------------------------
+def inference_bytes_per_frame(config: GeneratorConfig, bytes_per_value: int = 2) -> int:
+    """Upper estimate of the device memory one frame of a batch needs at inference: every U-Net
+    level's activation held twice (its skip plus the tensor being convolved), the decoder's concat,
+    the inputs and the output. The default 256-px config: ~8 MB in FP16."""
+    y0, y1, x0, x1 = config.region_box()
+    h, w = y1 - y0, x1 - x0
+    c = config.base_channels
+    values = 6 * h * w + 3 * h * w  # source + reference in, region out
+    for i in range(config.levels + 1):
+        chans = min(c * 2 ** i, 8 * c)
+        area = (h >> i) * (w >> i)
+        values += 4 * chans * area  # skip + working tensor + the decoder's concat of both
+    return int(values * bytes_per_value)
+
+
+def batch_for_free_memory(free_bytes: int, config: GeneratorConfig, bytes_per_value: int = 2,
+                          share: float = 0.5, max_batch: int = MAX_BATCH) -> int:
+    """Largest batch (1..max_batch) whose activations fit in `share` of the free memory (the rest is
+    left for cuDNN workspaces, CUDA graphs and other stages)."""
+    per_frame = inference_bytes_per_frame(config, bytes_per_value)
+    return int(max(1, min(max_batch, (free_bytes * share) // max(per_frame, 1))))
+
+
 # --- region helpers (numpy, shared by training, inference and the benchmarks) ---------------------
 def crops_to_regions(crops: np.ndarray, config: GeneratorConfig) -> np.ndarray:
     """uint8 [N, S, S, 3] crops -> uint8 [N, 3, h, w] generator regions (NCHW)."""
