@@ -235,6 +235,7 @@ def bench_speaker(name: str, path: Path, full_embeddings: dict[str, np.ndarray],
         "gain": imitated_held - to_held[best],
         "fit_seconds": fit_seconds, "fit_evaluations": result.evaluations,
         "offset_norm": float(np.linalg.norm(result.timbre_offset)),
+        "f0_scale": result.f0_scale, "formant_scale": result.formant_scale,
         "_imitated_emb": imitated_emb, "_fitted": fitted,
     }
     twin = TWINS.get(name)
@@ -341,12 +342,14 @@ def similarity_markdown(report: dict) -> list[str]:
         out.append("\nSkipped: " + "; ".join(f"{k}: {v}" for k, v in report["skipped"].items()))
 
     out.append("\n### Does the probe gain transfer? (same fitted voice, three targets)\n")
-    out.append("| speaker | imitation base voice | probe: base -> imitated (vs clone) | test text vs clone: "
+    out.append("| speaker | imitation base voice (pitch, formants) | probe: base -> imitated (vs clone) | test text vs clone: "
                "best bundled -> imitated | test text vs held-out: best bundled -> imitated | oracle bundled vs held-out | "
                "fit s (evals) |")
     out.append("|---|---|---|---|---|---|---|")
     for r in rows:
-        out.append(f"| {r['speaker']} | {r['imitation_base_voice']} | {f3(r['probe_base'])} -> {f3(r['probe_imitated'])} | "
+        controls = f" (x{r['f0_scale']:.2f}, x{r['formant_scale']:.2f})" if "formant_scale" in r else ""
+        out.append(f"| {r['speaker']} | {r['imitation_base_voice']}{controls} | {f3(r['probe_base'])} -> "
+                   f"{f3(r['probe_imitated'])} | "
                    f"{f3(r['best_bundled_clone'])} -> {f3(r['imitated_clone'])} | "
                    f"{f3(r['best_bundled_heldout'])} -> {f3(r['imitated_heldout'])} | {f3(r['oracle_bundled_heldout'])} | "
                    f"{r['fit_seconds']:.0f} ({r['fit_evaluations']}) |")

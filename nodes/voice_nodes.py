@@ -164,7 +164,7 @@ class ExtractSpeakerEmbedding:
             speaker = speaker.copy()
             speaker.extras = {k: v for k, v in speaker.extras.items()
                               if k == "imitation_voice_scores"
-                              or (not k.startswith("imitation_") and k != "reference_ltas")}
+                              or (not k.startswith("imitation_") and k not in ("reference_ltas", "reference_log_ltas"))}
         if save_name:
             target = resolve_inside(f"{save_name}.npz", model_dir(SPEAKER_DIR), what="save_name")
             speaker.save_npz(target)

@@ -15,9 +15,10 @@ def test_search_beats_best_bundled_voice_and_respects_budget():
     spread, low, high = timbre_statistics(voices)
     target = (low + high) / 2 + 0.3 * spread  # a timbre between the bundled voices
 
-    def score(pack, f0):
+    def score(pack, f0, formant):
         timbre = pack.reshape(-1, 256)[:, :128].mean(axis=0)
-        return float(-np.linalg.norm((timbre - target) / spread) - 5 * abs(np.log(f0 / 1.2)))
+        return float(-np.linalg.norm((timbre - target) / spread) - 5 * abs(np.log(f0 / 1.2))
+                     - 5 * abs(np.log(formant / 1.1)))
 
     result = imitate(voices, score, budget=40, seed=1, pitch_match={name: 1.2 for name in voices})
     assert result.evaluations <= 40
@@ -25,6 +26,7 @@ def test_search_beats_best_bundled_voice_and_respects_budget():
     assert result.base_similarity == max(result.voice_scores.values())
     assert np.all(np.diff(result.history) >= 0)  # best-so-far never gets worse
     assert abs(result.f0_scale - 1.2) < 0.08  # pitch matching found the target pitch
+    assert abs(result.formant_scale - 1.1) < 0.05  # the formant line search + ES found the formant scale
 
 
 def test_offset_touches_only_timbre_half_and_strength_scales_it():
@@ -35,7 +37,7 @@ def test_offset_touches_only_timbre_half_and_strength_scales_it():
     assert np.allclose(moved[..., 128:], pack[..., 128:])
     assert np.allclose(moved[..., :128] - pack[..., :128], 1.0)
     voices = _voices(rng)
-    result = imitate(voices, lambda p, f0: float(p[..., :128].mean()), budget=12)
+    result = imitate(voices, lambda p, f0, formant: float(p[..., :128].mean()), budget=12)
     half = result.apply(voices[result.base_voice], strength=0.5)
     assert np.allclose(half[..., :128] - voices[result.base_voice][..., :128], result.timbre_offset * 0.5, atol=1e-6)
 
@@ -46,7 +48,7 @@ def test_pitch_prior_keeps_a_far_pitched_voice_from_being_the_base():
     # v4 scores best but would need its pitch halved (a female voice for a male speaker)
     scores = {name: 0.5 + 0.01 * i for i, name in enumerate(voices)}
 
-    def score(pack, f0):
+    def score(pack, f0, formant):
         name = next(n for n, v in voices.items() if np.allclose(v[..., 128:], pack[..., 128:]))
         return scores[name]
 
@@ -74,10 +76,11 @@ def test_fitted_eq_is_stored_loadable_and_applied_with_strength(tmp_path, setup_
                            "imitation_settings": np.array(settings_key(24, 0, "en"))})
     loaded = SpeakerProfile.load_npz(profile.save_npz(tmp_path / "v.npz"))  # npz without pickle
     assert has_fitted_voice(loaded, 24, 0, "en", reference=(np.zeros(10), 24000))
-    _, f0, label, eq = tts._voice_for(loaded, "auto", 0.5)
-    assert np.allclose(eq, gains * 0.5) and "spectral EQ" in label and f0 == pytest.approx(1.1 ** 0.5)
+    choice = tts._voice_for(loaded, "auto", 0.5)
+    assert np.allclose(choice.eq, gains * 0.5) and "spectral EQ" in choice.label
+    assert choice.f0_scale == pytest.approx(1.1 ** 0.5) and choice.formant == 1.0  # no formant key: unchanged
     other = next(v for v in tts.bundled_voices() if v != name)
-    assert tts._voice_for(loaded, other, 1.0)[3] is None  # a plain bundled voice gets no EQ
+    assert tts._voice_for(loaded, other, 1.0).eq is None  # a plain bundled voice gets no EQ
     del loaded.extras[tts.KEY_EQ]  # fitted before the audio was known: refit once it is
     assert not has_fitted_voice(loaded, 24, 0, "en", reference=(np.zeros(10), 24000))
     assert has_fitted_voice(loaded, 24, 0, "en")

@@ -10,7 +10,9 @@ fitted that sentence (probe gains transferred only ~1/3 to new text) and the bas
 flipped for 3 of 7 benchmark speakers. When the reference audio is given, the scorer also applies
 the long-term spectral EQ of spectral_match.py (re-derived for every candidate from its own probe
 speech), so the search optimises the voice as it will finally sound; the EQ of the winner is
-stored on the profile and applied by tts.py.
+stored on the profile and applied by tts.py. Which EQ (power- or log-domain spectrum, strength
+1-1.5) suits a voice differs between speakers, so each candidate is scored with all six and the
+best counts; they cost a filter and an embedding each, against a synthesis per candidate.
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from ..engines import speaker_encoder as se
 from .imitation import ImitationResult, imitate
 from .speaker import SpeakerProfile
 from . import spectral_match as sm
-from .tts import (KEY_BASE_VOICE, KEY_EQ, KEY_F0, KEY_OFFSET, KEY_SCORES, SAMPLE_RATE, bundled_voices,
-                  synthesize_speech)
+from .tts import (KEY_BASE_VOICE, KEY_EQ, KEY_F0, KEY_FORMANT, KEY_OFFSET, KEY_SCORES, SAMPLE_RATE,
+                  bundled_voices, synthesize_speech)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ PROBES = {
     "zh": "我们明天早上九点在学校门口见面。这件衬衫的颜色太深了，你觉得呢？",
 }
 KEY_REFERENCE_LTAS = "reference_ltas"  # dB per mel band of the reference speech (spectral_match.py)
+KEY_REFERENCE_LOG_LTAS = "reference_log_ltas"  # the same, averaged in dB over frames (long_term_log_spectrum)
 KEY_SIMILARITY = "imitation_similarity"
 KEY_BASE_SIMILARITY = "imitation_base_similarity"
 KEY_SETTINGS = "imitation_settings"
@@ -54,49 +57,84 @@ def probe_language(speaker: SpeakerProfile, language: str) -> str:
     return "en"
 
 
-class ProbeScorer:
-    """(voice pack, f0 scale) -> GE2E cosine of the probe sentence spoken that way to the target.
+# EQ variants scored for every candidate (cheap: a filter and an embedding, no synthesis). The v3
+# EQ (power LTAS, strength 1) was best for 2 of 7 benchmark speakers; the others preferred the
+# log-domain LTAS and/or a stronger curve (up to x1.5) by probe score against the clone part, and
+# the probe preference carried over to new text. Scoring all six and keeping the best lets the
+# encoder choose per voice.
+EQ_DOMAINS = ("power", "log")
+EQ_STRENGTHS = (1.0, 1.25, 1.5)
 
+
+class ProbeScorer:
+    """(voice pack, f0 scale, formant scale) -> GE2E cosine of the probe sentence spoken that way to the target.
+
+    With the reference's long-term spectra, each candidate is scored with the best of the EQ variants
+    (EQ_DOMAINS x EQ_STRENGTHS) fitted to its own probe speech, and that EQ is remembered (`eq`).
     Remembers the speech of the last syntheses so measuring a voice's pitch and scoring it share
     one synthesis.
     """
 
     def __init__(self, target: np.ndarray, probe_text: str, backend: str, precision: str,
-                 reference_ltas: np.ndarray | None = None) -> None:
+                 reference_ltas: np.ndarray | dict[str, np.ndarray] | None = None) -> None:
         self.target = target
-        self.reference_ltas = reference_ltas
+        # domain -> reference spectrum; a bare array is the power LTAS (v3 profiles)
+        if reference_ltas is not None and not isinstance(reference_ltas, dict):
+            reference_ltas = {"power": reference_ltas}
+        self.reference_ltas: dict[str, np.ndarray] = dict(reference_ltas or {})
         self.probe_text = probe_text
         self.backend, self.precision = backend, precision
         self.embed = se.default_run_fn(backend=backend, precision=precision)
-        self._speech: dict[tuple[bytes, float], np.ndarray] = {}
+        self._speech: dict[tuple, np.ndarray] = {}
+        self._eq: dict[tuple, tuple[float, np.ndarray | None]] = {}
 
-    def speech(self, pack: np.ndarray, f0: float) -> np.ndarray:
+    @staticmethod
+    def _key(pack: np.ndarray, f0: float, formant: float) -> tuple:
         import hashlib
 
-        key = (hashlib.sha1(np.ascontiguousarray(pack).tobytes()).digest(), round(float(f0), 5))
+        return (hashlib.sha1(np.ascontiguousarray(pack).tobytes()).digest(), round(float(f0), 5),
+                round(float(formant), 5))
+
+    def speech(self, pack: np.ndarray, f0: float, formant: float = 1.0) -> np.ndarray:
+        key = self._key(pack, f0, formant)
         if key not in self._speech:
             if len(self._speech) > 16:
                 self._speech.clear()
             self._speech[key] = synthesize_speech(self.probe_text, voice_pack=pack, f0_scale=f0,
-                                                  backend=self.backend, precision=self.precision).waveform
+                                                  formant_scale=formant, backend=self.backend,
+                                                  precision=self.precision).waveform
         return self._speech[key]
 
-    def eq(self, pack: np.ndarray, f0: float) -> np.ndarray | None:
-        """EQ gains (dB per band) that match this voice's probe speech to the reference, None without one."""
-        if self.reference_ltas is None:
-            return None
-        return sm.fit_eq(self.reference_ltas, self.speech(pack, f0), SAMPLE_RATE)
-
-    def __call__(self, pack: np.ndarray, f0: float) -> float:
+    def similarity(self, wave: np.ndarray) -> float:
         import librosa
 
-        wave = self.speech(pack, f0)
-        gains = self.eq(pack, f0)
-        if gains is not None:
-            wave = sm.apply_eq(wave, SAMPLE_RATE, gains)
         wav16 = librosa.resample(wave, orig_sr=SAMPLE_RATE, target_sr=se.SAMPLE_RATE)
         embedding, _ = se.embed_utterance(wav16, self.embed)
         return se.cosine(embedding, self.target)
+
+    def eq_variants(self, wave: np.ndarray) -> list[np.ndarray]:
+        """The candidate EQ curves (dB per band) for this speech; empty without reference spectra."""
+        curves = []
+        for domain in EQ_DOMAINS:
+            if domain in self.reference_ltas:
+                gains = sm.fit_eq(self.reference_ltas[domain], wave, SAMPLE_RATE, domain=domain)
+                curves.extend((gains * k).astype(np.float32) for k in EQ_STRENGTHS)
+        return curves
+
+    def _scored(self, pack: np.ndarray, f0: float, formant: float) -> tuple[float, np.ndarray | None]:
+        key = self._key(pack, f0, formant)
+        if key not in self._eq:
+            wave = self.speech(pack, f0, formant)
+            results = [(self.similarity(sm.apply_eq(wave, SAMPLE_RATE, g)), g) for g in self.eq_variants(wave)]
+            self._eq[key] = max(results, key=lambda item: item[0]) if results else (self.similarity(wave), None)
+        return self._eq[key]
+
+    def eq(self, pack: np.ndarray, f0: float, formant: float = 1.0) -> np.ndarray | None:
+        """The best EQ gains (dB per band) for this voice, None without reference spectra."""
+        return self._scored(pack, f0, formant)[1]
+
+    def __call__(self, pack: np.ndarray, f0: float, formant: float = 1.0) -> float:
+        return self._scored(pack, f0, formant)[0]
 
 
 def median_pitch(wave: np.ndarray, sample_rate: int = SAMPLE_RATE) -> float:
@@ -109,8 +147,7 @@ def median_pitch(wave: np.ndarray, sample_rate: int = SAMPLE_RATE) -> float:
     return float(np.median(voiced_f0)) if voiced_f0.size else float("nan")
 
 
-def reference_ltas(reference: Any) -> np.ndarray:
-    """Long-term spectrum of a reference clip: a PreparedAudio (waveform, sample_rate) or a (wave, rate) pair."""
+def _wave_and_rate(reference: Any) -> tuple[np.ndarray, int]:
     if isinstance(reference, tuple) and len(reference) == 2:
         wave, rate = reference
     elif hasattr(reference, "waveform") and hasattr(reference, "sample_rate"):
@@ -118,24 +155,39 @@ def reference_ltas(reference: Any) -> np.ndarray:
     else:
         raise TypeError(f"reference must be prepared audio (waveform, sample_rate) or a (wave, rate) tuple, "
                         f"got {type(reference).__name__}")
-    return sm.long_term_spectrum(np.asarray(wave, np.float32), int(rate), sm.N_BANDS).astype(np.float32)
+    return np.asarray(wave, np.float32), int(rate)
+
+
+def reference_ltas(reference: Any) -> np.ndarray:
+    """Long-term spectrum of a reference clip: a PreparedAudio (waveform, sample_rate) or a (wave, rate) pair."""
+    wave, rate = _wave_and_rate(reference)
+    return sm.long_term_spectrum(wave, rate, sm.N_BANDS).astype(np.float32)
+
+
+def reference_spectra(reference: Any = None, extras: dict | None = None) -> dict[str, np.ndarray]:
+    """domain -> long-term spectrum of the reference (from the audio, else as stored on the profile)."""
+    if reference is not None:
+        wave, rate = _wave_and_rate(reference)
+        return {"power": sm.long_term_spectrum(wave, rate, sm.N_BANDS).astype(np.float32),
+                "log": sm.long_term_log_spectrum(wave, rate, sm.N_BANDS).astype(np.float32)}
+    stored = {"power": (extras or {}).get(KEY_REFERENCE_LTAS), "log": (extras or {}).get(KEY_REFERENCE_LOG_LTAS)}
+    return {k: np.asarray(v, np.float32).reshape(-1) for k, v in stored.items() if v is not None}
 
 
 def fit_voice(speaker: SpeakerProfile, *, budget: int = 24, seed: int = 0, language: str = "auto",
               backend: str = "auto", precision: str = "auto",
               progress: Callable[[int, int], None] | None = None,
               reference: Any = None) -> tuple[SpeakerProfile, ImitationResult]:
-    """Return a copy of `speaker` carrying the imitated voice (base voice + timbre offset + pitch, and
-    a spectral EQ when the reference's long-term spectrum is known).
+    """Return a copy of `speaker` carrying the imitated voice (base voice + timbre offset + pitch +
+    formant scale, and a spectral EQ when the reference's long-term spectrum is known).
 
     reference: the prepared reference audio the profile came from (PreparedAudio or (wave, rate)).
-    Its long-term spectrum is stored on the profile, so a later refit needs no audio. Without it
-    (and without a stored spectrum) the voice is fitted without EQ.
+    Its long-term spectra are stored on the profile, so a later refit needs no audio. Without it
+    (and without stored spectra) the voice is fitted without EQ.
     """
     lang = probe_language(speaker, language)
-    ltas = reference_ltas(reference) if reference is not None else speaker.extras.get(KEY_REFERENCE_LTAS)
-    ltas = None if ltas is None else np.asarray(ltas, np.float32).reshape(-1)
-    scorer = ProbeScorer(speaker.embedding, PROBES[lang], backend, precision, reference_ltas=ltas)
+    spectra = reference_spectra(reference, speaker.extras)
+    scorer = ProbeScorer(speaker.embedding, PROBES[lang], backend, precision, reference_ltas=spectra)
     voices = bundled_voices()
     pitch_match = None
     target_pitch = float(speaker.pitch_hz_median)
@@ -144,19 +196,25 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = 24, seed: int = 0, langu
         pitch_match = {name: target_pitch / median_pitch(scorer.speech(pack, 1.0)) for name, pack in voices.items()}
         pitch_match = {name: ratio for name, ratio in pitch_match.items() if np.isfinite(ratio)}
     result = imitate(voices, scorer, budget=budget, seed=seed, progress=progress, pitch_match=pitch_match)
-    log.info("voice imitation: best bundled voice %.3f -> imitated %.3f (%s, pitch x%.2f) after %d syntheses",
-             result.base_similarity, result.similarity, result.base_voice, result.f0_scale, result.evaluations)
+    log.info("voice imitation: best bundled voice %.3f -> imitated %.3f (%s, pitch x%.2f, formants x%.2f) after %d "
+             "syntheses", result.base_similarity, result.similarity, result.base_voice, result.f0_scale,
+             result.formant_scale, result.evaluations)
     fitted = speaker.copy()
     fitted.extras[KEY_BASE_VOICE] = np.array(result.base_voice)
     fitted.extras[KEY_OFFSET] = result.timbre_offset.astype(np.float32)
     fitted.extras[KEY_F0] = np.array(result.f0_scale, np.float32)
+    fitted.extras[KEY_FORMANT] = np.array(result.formant_scale, np.float32)
     fitted.extras[KEY_SCORES] = np.array([result.voice_scores[name] for name in voices], np.float32)
     fitted.extras[KEY_SIMILARITY] = np.array(result.similarity, np.float32)
     fitted.extras[KEY_BASE_SIMILARITY] = np.array(result.base_similarity, np.float32)
     fitted.extras.pop(KEY_EQ, None)
-    if ltas is not None:
-        fitted.extras[KEY_REFERENCE_LTAS] = ltas
-        fitted.extras[KEY_EQ] = scorer.eq(result.apply(voices[result.base_voice]), result.f0_scale)
+    if "power" in spectra:
+        fitted.extras[KEY_REFERENCE_LTAS] = spectra["power"]
+    if "log" in spectra:
+        fitted.extras[KEY_REFERENCE_LOG_LTAS] = spectra["log"]
+    if spectra:
+        fitted.extras[KEY_EQ] = scorer.eq(result.apply(voices[result.base_voice]), result.f0_scale,
+                                          result.formant_scale)
     fitted.extras[KEY_SETTINGS] = np.array(settings_key(budget, seed, lang))
     fitted.style = result.apply(voices[result.base_voice])[len(voices[result.base_voice]) // 4].reshape(-1)
     return fitted, result
@@ -175,5 +233,6 @@ def has_fitted_voice(speaker: SpeakerProfile, budget: int, seed: int, language: 
 
 def settings_key(budget: int, seed: int, lang: str) -> str:
     # v2: the search also fits pitch. v3: two-sentence probe, pitch prior on the base voice, spectral EQ.
+    # v4: formant scale, EQ chosen per candidate from power/log-domain curves at three strengths.
     # Voices fitted by older versions are refitted.
-    return f"v3;budget={budget};seed={seed};lang={lang}"
+    return f"v4;budget={budget};seed={seed};lang={lang}"

@@ -10,13 +10,15 @@ before the vocoder, which shifts pitch cleanly. So this search:
 1. scores every bundled voice unchanged (the "best bundled voice" baseline),
 2. takes the best-scoring one within an octave of the speaker's median pitch as the base voice and
    scores it at the pitch that matches the speaker's median F0,
-3. tries timbre blends of the best voice with the runners-up,
-4. runs a (1+lambda) evolution strategy on (timbre half, log pitch scale), with per-dimension
-   step sizes from the spread of the bundled voices and the offset clamped to their range, so the
-   result stays inside the space the decoder was trained on (keeps words intelligible).
+3. tries the formant scale (formant.py: vocal-tract length, which no bundled voice may match) a
+   step down and up, and a further step in the direction that won,
+4. tries timbre blends of the best voice with the runners-up,
+5. runs a (1+lambda) evolution strategy on (timbre half, log pitch scale, log formant scale), with
+   per-dimension step sizes from the spread of the bundled voices and the offset clamped to their
+   range, so the result stays inside the space the decoder was trained on (keeps words intelligible).
 
-The scorer is a callable (voice pack, f0 scale) -> similarity, so the search is independent of
-which backend synthesizes and embeds.
+The scorer is a callable (voice pack, f0 scale, formant scale) -> similarity, so the search is
+independent of which backend synthesizes and embeds.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+
+from .formant import clip_formant
 
 TIMBRE = slice(0, 128)
 F0_RANGE = (0.7, 1.45)  # beyond this Kokoro's vocoder starts to sound strained
@@ -33,6 +37,13 @@ F0_STEP = 0.06  # ES step of log(f0 scale) at sigma 1
 # the male spk_en_male_04 (117 Hz) got the female jf_alpha (243 Hz) as base and ended below jm_kumo
 # on held-out speech. A tighter limit (1.6) was tried and hurt: spk_zh_male_01 lost jm_kumo.
 PITCH_PRIOR_RATIO = 2.0
+# Formant line search: first steps x/÷ FORMANT_LINE_STEP, then one more step the same way when one
+# won. On the v3 fits, the best probe score moved the formants by 0-12 % (mostly up for the
+# speakers whose base voice is a Japanese voice); ES steps in log formant are this big at sigma 1.
+FORMANT_LINE_STEP = 1.07
+FORMANT_STEP = 0.04
+
+Scorer = Callable[[np.ndarray, float, float], float]  # (voice pack, f0 scale, formant scale) -> similarity
 
 
 @dataclass
@@ -45,6 +56,7 @@ class ImitationResult:
     voice_scores: dict[str, float] = field(default_factory=dict)
     evaluations: int = 0
     history: list[float] = field(default_factory=list)
+    formant_scale: float = 1.0
 
     def apply(self, base_pack: np.ndarray, strength: float = 1.0) -> np.ndarray:
         """The imitated voice pack ([rows, 1, 256]); strength 0 = base voice, 1 = full imitation."""
@@ -52,6 +64,9 @@ class ImitationResult:
 
     def pitch(self, strength: float = 1.0) -> float:
         return float(self.f0_scale ** float(strength))
+
+    def formant(self, strength: float = 1.0) -> float:
+        return float(self.formant_scale ** float(strength))
 
 
 def apply_offset(pack: np.ndarray, offset: np.ndarray) -> np.ndarray:
@@ -75,15 +90,16 @@ def _clip_f0(scale: float) -> float:
     return float(np.clip(scale, *F0_RANGE))
 
 
-def imitate(voices: dict[str, np.ndarray], score: Callable[[np.ndarray, float], float], budget: int = 24,
+def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = 24,
             seed: int = 0, population: int = 4, progress: Callable[[int, int], None] | None = None,
-            pitch_match: dict[str, float] | None = None) -> ImitationResult:
-    """Search the voice that maximises `score(pack, f0_scale)` within `budget` score calls.
+            pitch_match: dict[str, float] | None = None, search_formant: bool = True) -> ImitationResult:
+    """Search the voice that maximises `score(pack, f0_scale, formant_scale)` within `budget` score calls.
 
     pitch_match: per bundled voice, the f0 scale that brings its median pitch to the speaker's
     (None: no pitch matching; the pitch search still runs from 1.0). It also acts as a prior: voices
     needing a scale beyond PITCH_PRIOR_RATIO (an octave: a female voice for a male speaker) are
     scored but not chosen as the base voice while a voice within it exists.
+    search_formant: False keeps the formant scale at 1 (the scorer then always gets 1.0).
     """
     if not voices:
         raise ValueError("voice imitation needs at least one bundled voice")
@@ -91,10 +107,10 @@ def imitate(voices: dict[str, np.ndarray], score: Callable[[np.ndarray, float], 
     calls = 0
     total = max(budget, len(voices))
 
-    def evaluate(pack: np.ndarray, f0: float) -> float:
+    def evaluate(pack: np.ndarray, f0: float, formant: float = 1.0) -> float:
         nonlocal calls
         calls += 1
-        value = float(score(pack, f0))
+        value = float(score(pack, f0, formant))
         if progress:
             progress(min(calls, total), total)
         return value
@@ -110,44 +126,49 @@ def imitate(voices: dict[str, np.ndarray], score: Callable[[np.ndarray, float], 
     # edged ahead on the probe was worse on other text (spk_zh_03: jf_gongitsune over jf_alpha).
     ranked = sorted(eligible, key=voice_scores.get, reverse=True)
     base_name = ranked[0]
-    start_f0 = 1.0
+    base = np.asarray(voices[base_name], np.float32)
+    best, best_f0 = voice_scores[base_name], 1.0
     if pitch_match and calls < budget:
         f0 = _clip_f0(pitch_match.get(base_name, 1.0))
         if abs(f0 - 1.0) > 0.02:
-            value = evaluate(voices[base_name], f0)
-            if value > voice_scores[base_name]:
-                voice_scores[base_name], start_f0 = value, f0
-    base = np.asarray(voices[base_name], np.float32)
+            value = evaluate(base, f0)
+            if value > best:
+                best, best_f0 = value, f0
+    history = [best]
+    best_formant = 1.0
+    if search_formant:
+        best, best_formant = _formant_line_search(lambda formant: evaluate(base, best_f0, formant),
+                                                  best, lambda: budget - calls, history)
+
     base_timbre = _timbre(base)
     spread, low, high = timbre_statistics(voices)
     # The offset may move each dim anywhere inside the bundled voices' range, plus a small margin.
     lo_bound, hi_bound = (low - 0.25 * spread) - base_timbre, (high + 0.25 * spread) - base_timbre
 
     best_offset = np.zeros(128, np.float32)
-    best_f0 = start_f0
-    best = voice_scores[base_name]
-    history = [best]
-
     for other in ranked[1:3]:  # blends towards the runners-up: cheap, stay on the voice manifold
         if calls >= budget:
             break
         offset = 0.5 * (_timbre(voices[other]) - base_timbre)
-        value = evaluate(apply_offset(base, offset), best_f0)
+        value = evaluate(apply_offset(base, offset), best_f0, best_formant)
         if value > best:
             best, best_offset = value, offset.astype(np.float32)
         history.append(best)
 
     sigma = 0.5
+    formant_step = FORMANT_STEP if search_formant else 0.0
     while calls + 1 <= budget:
         children = []
         for _ in range(min(population, budget - calls)):
             step = rng.standard_normal(128).astype(np.float32) * spread * sigma
             child = np.clip(best_offset + step, lo_bound, hi_bound).astype(np.float32)
             child_f0 = _clip_f0(best_f0 * float(np.exp(rng.standard_normal() * F0_STEP * sigma)))
-            children.append((evaluate(apply_offset(base, child), child_f0), child, child_f0))
-        value, child, child_f0 = max(children, key=lambda item: item[0])
+            child_formant = clip_formant(best_formant * float(np.exp(rng.standard_normal() * formant_step * sigma)))
+            children.append((evaluate(apply_offset(base, child), child_f0, child_formant), child, child_f0,
+                              child_formant))
+        value, child, child_f0, child_formant = max(children, key=lambda item: item[0])
         if value > best:
-            best, best_offset, best_f0 = value, child, child_f0
+            best, best_offset, best_f0, best_formant = value, child, child_f0, child_formant
             sigma = min(sigma * 1.3, 1.5)
         else:
             sigma = max(sigma * 0.7, 0.05)
@@ -155,4 +176,29 @@ def imitate(voices: dict[str, np.ndarray], score: Callable[[np.ndarray, float], 
 
     return ImitationResult(base_voice=base_name, timbre_offset=best_offset, f0_scale=best_f0, similarity=best,
                            base_similarity=max(base_scores.values()), voice_scores=base_scores,
-                           evaluations=calls, history=history)
+                           evaluations=calls, history=history, formant_scale=best_formant)
+
+
+def _formant_line_search(score_at: Callable[[float], float], best: float, calls_left: Callable[[], int],
+                         history: list[float]) -> tuple[float, float]:
+    """(best score, formant scale): one step down and up from 1, then further along the winner.
+
+    A line search before the ES because the formant scale moves the score more per step than any
+    single timbre dim, and the ES's random steps in 130 dims rarely isolate it.
+    """
+    best_formant = 1.0
+    for formant in (1 / FORMANT_LINE_STEP, FORMANT_LINE_STEP):
+        if calls_left() <= 0:
+            return best, best_formant
+        value = score_at(clip_formant(formant))
+        if value > best:
+            best, best_formant = value, clip_formant(formant)
+        history.append(best)
+    if best_formant != 1.0 and calls_left() > 0:
+        further = clip_formant(best_formant * (FORMANT_LINE_STEP if best_formant > 1 else 1 / FORMANT_LINE_STEP))
+        if further != best_formant:
+            value = score_at(further)
+            if value > best:
+                best, best_formant = value, further
+            history.append(best)
+    return best, best_formant

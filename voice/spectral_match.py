@@ -58,8 +58,8 @@ def _band_matrix(sample_rate: int, n_fft: int, n_bands: int) -> np.ndarray:
     return bank
 
 
-def long_term_spectrum(wave: np.ndarray, sample_rate: int, n_bands: int = N_BANDS) -> np.ndarray:
-    """Long-term average spectrum (dB per mel band) of the active frames of a mono waveform."""
+def _active_band_power(wave: np.ndarray, sample_rate: int, n_bands: int) -> np.ndarray:
+    """Band power [active frames, n_bands] of a mono waveform (pauses and noise left out)."""
     wave = np.asarray(wave, np.float64).reshape(-1)
     if wave.size < N_FFT or not np.any(wave):
         raise ValueError(f"long-term spectrum needs at least {N_FFT} non-silent samples, got {wave.size}")
@@ -72,8 +72,29 @@ def long_term_spectrum(wave: np.ndarray, sample_rate: int, n_bands: int = N_BAND
     power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
     frame_db = 10 * np.log10(power.sum(axis=1) + 1e-20)
     active = frame_db > frame_db.max() - ACTIVE_DB
-    bands = _band_matrix(sample_rate, N_FFT, n_bands) @ power[active].mean(axis=0)
-    return 10 * np.log10(bands + 1e-20)
+    return power[active] @ _band_matrix(sample_rate, N_FFT, n_bands).T
+
+
+def long_term_spectrum(wave: np.ndarray, sample_rate: int, n_bands: int = N_BANDS) -> np.ndarray:
+    """Long-term average spectrum (dB per mel band) of the active frames of a mono waveform."""
+    return 10 * np.log10(_active_band_power(wave, sample_rate, n_bands).mean(axis=0) + 1e-20)
+
+
+def long_term_log_spectrum(wave: np.ndarray, sample_rate: int, n_bands: int = N_BANDS) -> np.ndarray:
+    """Mean over active frames of each band's level in dB (the "log-domain" LTAS).
+
+    long_term_spectrum averages power, so loud vowels dominate it; this average weights every
+    frame alike, so quieter sounds (consonants, onsets) count as much. Neither is uniformly
+    better for GE2E: the fit scores EQ curves from both and keeps the one the encoder prefers.
+    The floor (90 dB below the mean band power) keeps empty bands of band-limited audio from
+    dominating the mean.
+    """
+    power = _active_band_power(wave, sample_rate, n_bands)
+    floor = 1e-9 * float(power.mean()) + 1e-30
+    return (10 * np.log10(power + floor)).mean(axis=0)
+
+
+SPECTRA = {"power": long_term_spectrum, "log": long_term_log_spectrum}  # EQ matching domains
 
 
 def eq_curve(reference_ltas: np.ndarray, synthetic_ltas: np.ndarray, max_gain_db: float = MAX_GAIN_DB,
@@ -96,16 +117,20 @@ def eq_curve(reference_ltas: np.ndarray, synthetic_ltas: np.ndarray, max_gain_db
 
 
 def fit_eq(reference_ltas: np.ndarray, wave: np.ndarray, sample_rate: int, max_gain_db: float = MAX_GAIN_DB,
-           iterations: int = FIT_ITERATIONS) -> np.ndarray:
+           iterations: int = FIT_ITERATIONS, domain: str = "power") -> np.ndarray:
     """EQ gains (dB per band) that bring `wave`'s long-term spectrum to `reference_ltas`.
 
+    domain: "power" (reference_ltas from long_term_spectrum) or "log" (from long_term_log_spectrum).
     Each iteration measures the filtered speech again and corrects what is left (the FIR and the
     band overlap only approximate the curve), then clips to +-max_gain_db.
     """
+    if domain not in SPECTRA:
+        raise ValueError(f"unknown EQ domain '{domain}'; use one of {sorted(SPECTRA)}")
+    measure = SPECTRA[domain]
     reference_ltas = np.asarray(reference_ltas, np.float64).reshape(-1)
     gains = np.zeros(reference_ltas.size)
     for _ in range(max(1, iterations)):
-        current = long_term_spectrum(apply_eq(wave, sample_rate, gains), sample_rate, reference_ltas.size)
+        current = measure(apply_eq(wave, sample_rate, gains), sample_rate, reference_ltas.size)
         gains = np.clip(gains + eq_curve(reference_ltas, current, max_gain_db=np.inf), -max_gain_db, max_gain_db)
     return gains.astype(np.float32)
 

@@ -17,6 +17,7 @@ from ..engines.kokoro.assets import kokoro_assets
 from ..engines.kokoro.synth import kokoro_model_spec, style_for, synthesize
 from ..text import phonemize
 from ..text.tokens import tokenize
+from .formant import formant_shift, synthesis_controls
 from .imitation import apply_offset
 from .spectral_match import apply_eq
 from .speaker import SpeakerProfile
@@ -30,6 +31,7 @@ KEY_OFFSET = "imitation_timbre_offset"
 KEY_SCORES = "imitation_voice_scores"
 KEY_F0 = "imitation_f0_scale"
 KEY_EQ = "imitation_eq_db"  # spectral EQ gains (dB per mel band, spectral_match.py) of the imitated voice
+KEY_FORMANT = "imitation_formant_scale"  # formant scale of the imitated voice (formant.py); absent = 1
 
 
 @dataclass
@@ -52,17 +54,27 @@ def bundled_voices() -> dict[str, np.ndarray]:
     return dict(kokoro_assets().voices)
 
 
+@dataclass
+class VoiceChoice:
+    """What synthesize_speech needs to speak in a voice: pack, pitch, formants and EQ."""
+
+    pack: np.ndarray  # [rows, 1, 256]
+    f0_scale: float
+    label: str
+    eq: np.ndarray | None = None  # dB per mel band, already scaled by strength; None = no EQ
+    formant: float = 1.0
+
+
 def voice_pack_for(speaker: SpeakerProfile | None, base_voice: str = "auto",
                    strength: float = 1.0) -> tuple[np.ndarray, float, str]:
     """(voice pack [rows,1,256], f0 scale, label): the imitated voice when the speaker carries one,
     else a bundled voice at its own pitch."""
-    pack, f0, label, _ = _voice_for(speaker, base_voice, strength)
-    return pack, f0, label
+    choice = _voice_for(speaker, base_voice, strength)
+    return choice.pack, choice.f0_scale, choice.label
 
 
-def _voice_for(speaker: SpeakerProfile | None, base_voice: str,
-               strength: float) -> tuple[np.ndarray, float, str, np.ndarray | None]:
-    """voice_pack_for plus the EQ gains (dB, already scaled by strength) of an imitated voice, else None."""
+def _voice_for(speaker: SpeakerProfile | None, base_voice: str, strength: float) -> VoiceChoice:
+    """The imitated voice (pack, pitch, formants, EQ, all scaled by strength) or a bundled voice."""
     voices = bundled_voices()
     if base_voice != "auto" and base_voice not in voices:
         raise ValueError(f"base voice '{base_voice}' is not bundled; choose auto or one of {sorted(voices)}")
@@ -72,33 +84,40 @@ def _voice_for(speaker: SpeakerProfile | None, base_voice: str,
         offset = np.asarray(speaker.extras[KEY_OFFSET], np.float32)
         pack = apply_offset(voices[imitated_base], offset * strength)
         f0 = float(speaker.extras.get(KEY_F0, np.array(1.0))) ** strength
+        formant = float(speaker.extras.get(KEY_FORMANT, np.array(1.0))) ** strength
         eq = speaker.extras.get(KEY_EQ)
         eq = None if eq is None else np.asarray(eq, np.float32).reshape(-1) * strength
         label = (f"{speaker.name or 'speaker'} (imitated from {imitated_base}, pitch x{f0:.2f}"
+                 f"{f', formants x{formant:.2f}' if abs(formant - 1) > 1e-3 else ''}"
                  f"{', spectral EQ' if eq is not None else ''}, strength {strength:.2f})")
-        return pack, f0, label, eq
+        return VoiceChoice(pack, f0, label, eq, formant)
     if base_voice == "auto" and speaker is not None and KEY_SCORES in speaker.extras:
         scores = dict(zip(voices, np.asarray(speaker.extras[KEY_SCORES]).tolist()))
         base_voice = max(scores, key=scores.get)
     name = DEFAULT_VOICE if base_voice == "auto" else base_voice
-    return voices[name], 1.0, name, None
+    return VoiceChoice(voices[name], 1.0, name)
 
 
 def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, language: str = "auto",
                       speed: float = 1.0, backend: str = "auto", precision: str = "auto",
                       base_voice: str = "auto", imitation_strength: float = 1.0,
-                      voice_pack: np.ndarray | None = None, f0_scale: float = 1.0,
+                      voice_pack: np.ndarray | None = None, f0_scale: float = 1.0, formant_scale: float = 1.0,
                       progress: Callable[[int, int], None] | None = None) -> SpeechResult:
-    """Synthesize `text`; raises the text frontend's clear errors for empty/unspeakable/unsupported text."""
+    """Synthesize `text`; raises the text frontend's clear errors for empty/unspeakable/unsupported text.
+
+    voice_pack/f0_scale/formant_scale: speak in this exact voice (the imitation search's candidates)
+    instead of the speaker's; then no EQ is applied.
+    """
     timings: dict[str, float] = {}
     start = time.perf_counter()
     chunks = phonemize(text, language)
     timings["frontend"] = time.perf_counter() - start
-    eq = None
     if voice_pack is None:
-        pack, f0_scale, label, eq = _voice_for(speaker, base_voice, imitation_strength)
+        voice = _voice_for(speaker, base_voice, imitation_strength)
     else:
-        pack, label = np.asarray(voice_pack, np.float32), "custom"
+        voice = VoiceChoice(np.asarray(voice_pack, np.float32), f0_scale, "custom", None, formant_scale)
+    pack, eq, formant = voice.pack, voice.eq, voice.formant
+    kokoro_f0, kokoro_speed = synthesis_controls(voice.f0_scale, speed, formant)
     start = time.perf_counter()
     runner = loader.get(kokoro_model_spec("fp32"), backend=backend, precision=precision, stage="voice")
     timings["load"] = time.perf_counter() - start
@@ -116,7 +135,8 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
         dropped: list[str] = []
         ids = tokenize(chunk.phonemes, vocab, dropped=dropped)
         if ids:
-            wave = synthesize(ids, style_for(pack, len(ids)), speed, runner, f0_scale=f0_scale)
+            wave = synthesize(ids, style_for(pack, len(ids)), kokoro_speed, runner, f0_scale=kokoro_f0)
+            wave = formant_shift(wave, SAMPLE_RATE, formant)
             if eq is not None:  # per chunk, before the fades, so the filter never rings into a pause
                 wave = apply_eq(wave, SAMPLE_RATE, eq)
             pieces.append(_fade(wave))
@@ -131,7 +151,7 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
     if peak > 0.99:  # Kokoro rarely overshoots; never hand clipped audio downstream
         waveform = waveform * (0.99 / peak)
     return SpeechResult(waveform=waveform.astype(np.float32), sample_rate=SAMPLE_RATE, backend=runner.backend,
-                        precision=runner.precision, voice=label, chunks=len(chunks), timings=timings,
+                        precision=runner.precision, voice=voice.label, chunks=len(chunks), timings=timings,
                         warnings=list(dict.fromkeys(warnings)))
 
 
