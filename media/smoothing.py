@@ -279,6 +279,7 @@ def smooth_frames(
     noise_level: float | None = None,
     out: np.ndarray | None = None,
     progress: Callable[[int, int], None] | None = None,
+    device: str | None = None,
 ) -> np.ndarray:
     """Temporally filter pixel values `[N, H, W, 3]` float 0..1 inside `mask` (`[N,H,W]`/`[H,W]`, 0..1).
 
@@ -292,6 +293,9 @@ def smooth_frames(
     The filter restarts at scene cuts (detect_scene_cuts with `scene_cut_threshold`; 0 = never).
     Pixels outside the mask are returned exactly; a soft mask blends filtered and original values.
     `out` may be the input array itself for in-place operation. progress(done, total) per frame.
+    device: None = numpy on this process's threads (row bands of the box); a torch device ("cuda",
+    "cpu") = the same filter in torch on that device (one transfer of the box each way; on a GPU the
+    per-frame steps cost microseconds instead of the CPU's milliseconds).
     """
     _check_method_strength(method, strength, fps)
     x = np.asarray(frames)
@@ -373,6 +377,13 @@ def smooth_frames(
             if report and progress is not None:
                 progress(2 * n - t, total)
 
+    if device is not None:
+        params = {"method": method, "sigma": None if method == "ema" else sigma,
+                  "min_cut": None if method == "ema" else min_cut, "a_fixed": a_fixed if method == "ema" else None}
+        out[:, ys, xs] = _filter_torch(x[:, ys, xs], None if m is None else (m[:, ys, xs] if m.ndim == 3 else m[ys, xs]),
+                                       cuts, dt, causal, params, device, progress)
+        return out
+
     height = ys.stop - ys.start
     n_bands = max(1, min(frame_workers(), height // MIN_BAND_ROWS))
     edges = np.linspace(ys.start, ys.stop, n_bands + 1).round().astype(int)
@@ -380,6 +391,51 @@ def smooth_frames(
     # progress comes from band 0 only: the bands advance together, and one caller keeps it monotonic
     for_each_frame(lambda b: filter_rows(bands[b], b == 0), 0, len(bands), workers=len(bands))
     return out
+
+
+def _filter_torch(box: np.ndarray, mask: np.ndarray | None, cuts: set[int], dt: float, causal: bool,
+                  params: dict, device: str, progress: Callable[[int, int], None] | None) -> np.ndarray:
+    """smooth_frames' forward/backward passes over the box [N, h, w, 3] in torch on `device`, step for
+    step the numpy code's float32 arithmetic (parity is tested on the CPU)."""
+    import torch
+
+    n = len(box)
+    x = torch.from_numpy(np.ascontiguousarray(box, np.float32)).to(device)
+    m = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask, np.float32)).to(device)[..., None]
+    out = x.clone()
+    two_pi_dt = 2.0 * math.pi * dt
+
+    def step(state, cur, mt):
+        diff = cur - state
+        if params["method"] == "ema":
+            a = float(params["a_fixed"])
+        else:
+            k = diff.abs().mean(dim=-1) * (1.0 / params["sigma"])
+            r = (params["min_cut"] + _PIXEL_GAIN * k ** 3) * two_pi_dt
+            a = (r / (r + 1.0))[..., None]
+        state = state + a * diff
+        if mt is not None:
+            state = cur + mt * (state - cur)
+        return state
+
+    def mask_at(t):
+        return None if m is None else (m[t] if m.dim() == 4 else m)
+
+    total = n if causal else 2 * n
+    state = x[0].clone()
+    for t in range(1, n):
+        state = x[t].clone() if t in cuts else step(state, x[t], mask_at(t))
+        out[t] = state
+        if progress is not None and (t % 16 == 0 or t == n - 1):
+            progress(t + 1, total)
+    if not causal:
+        state = out[n - 1].clone()
+        for t in range(n - 2, -1, -1):
+            state = out[t].clone() if (t + 1) in cuts else step(state, out[t], mask_at(t))
+            out[t] = state
+            if progress is not None and (t % 16 == 0 or t == 0):
+                progress(2 * n - t, total)
+    return out.cpu().numpy()
 
 
 # ----------------------------------------------------------------------------------------------
