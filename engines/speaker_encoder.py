@@ -283,7 +283,7 @@ def default_run_fn(backend: str = "auto", precision: str = "auto") -> RunFn:
     decides how the encoder runs; the loader caches the runner, so calling this often is cheap)."""
     from . import loader
 
-    runner = loader.get(ge2e_model_spec(), backend=backend, precision=precision, stage="voice")
+    runner = loader.bound(ge2e_model_spec(), backend=backend, precision=precision, stage="voice")  # survives release()
     return lambda mels: np.asarray(runner({"mels": mels})["embedding"], dtype=np.float32)
 
 
