@@ -1,0 +1,121 @@
+"""How much of 01b's mouth can audio predict? Landmark-level analysis behind RESULTS.md's clone notes (CPU, ~2 min).
+
+No images and no generator: FaceAlign's landmarks of the talking clips and their log-mel windows
+(audio_features.windows_for_frames, the clone model's own features). Printed:
+  1. the oracle: 01b's mouth shape projected on 01a's first k principal components, as mouth-landmark
+     distance vs baseline (a) (01a's neutral frame's mouth pasted on every 01b frame);
+  2. ridge regression from pooled log-mel windows to the mouth opening, trained on 01a, tested on 01b:
+     correlation, R^2 on the raw opening, R^2 after removing each clip's mean and scale, and both means;
+  3. the same regression trained on the other talking clips (other speakers; never 01b), with and without 01a.
+
+  python benchmarks/mouth_audio_analysis.py [--cache /tmp/dh_talking_head_eval]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bootstrap import import_pack  # noqa: E402
+
+TEST = "talk_en_male_01b"
+TRAIN = "talk_en_male_01a"
+OTHERS = ("talk_en_male_02a", "talk_en_male_02b", "talk_en_male_02c", "talk_en_female_03a", "talk_en_female_03b",
+          "talk_en_female_03c", "talk_de_male_04", "talk_en_female_07")
+
+
+def load(name: str, data: Path, cache: Path):
+    """(landmarks [N, 468, 2], mel windows [N, 80, T], opening [N]) of the frames with a found face."""
+    import eval_talking_head as eth
+    from digital_human.engines.talking_head.audio_features import windows_for_frames
+    from digital_human.vision.lipsync_metrics import mouth_opening
+
+    eth.VIDEOS = {"x": f"{name}.mp4"}  # load_clip aligns once and caches the track
+    track, wave, sr = eth.load_clip("x", data, cache)
+    found = np.asarray(track.found, bool)
+    windows = windows_for_frames(wave, sr, track.fps, len(track))[:, 0]
+    lms = track.landmarks[..., :2].astype(np.float64)
+    return lms[found], windows[found].astype(np.float32), mouth_opening(track.landmarks)[found]
+
+
+def pooled(windows: np.ndarray) -> np.ndarray:
+    n, mels, cols = windows.shape
+    return windows.reshape(n, mels // 4, 4, cols // 4, 4).mean(axis=(2, 4)).reshape(n, -1)
+
+
+def ridge(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, lam: float = 1000.0) -> np.ndarray:
+    mu, sd = train_x.mean(0), train_x.std(0) + 1e-6
+    a, b = (train_x - mu) / sd, (test_x - mu) / sd
+    w = np.linalg.solve(a.T @ a + lam * np.eye(a.shape[1]), a.T @ (train_y - train_y.mean()))
+    return b @ w + train_y.mean()
+
+
+def r2(pred: np.ndarray, truth: np.ndarray) -> float:
+    return float(1 - ((pred - truth) ** 2).sum() / ((truth - truth.mean()) ** 2).sum())
+
+
+def zscore(x: np.ndarray) -> np.ndarray:
+    return (x - x.mean()) / x.std()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=Path(os.environ.get(
+        "DIGITAL_HUMAN_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")))
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/dh_talking_head_eval"))
+    args = ap.parse_args()
+    import_pack()
+    from digital_human.engines.talking_head.train_avatar import pick_neutral_frame
+    from digital_human.vision.lipsync_metrics import MOUTH_POINTS, TEMPLATE_INDEX, _similarity_align, \
+        mouth_landmark_distance
+
+    clips = {name: load(name, args.data, args.cache) for name in (TRAIN, TEST, *OTHERS)}
+    (la, wa, oa), (lb, wb, ob) = clips[TRAIN], clips[TEST]
+
+    # 1. oracle: mouth shapes in a common frame (similarity-aligned on the rigid points)
+    ref = la.mean(0)
+    mouth = np.array(MOUTH_POINTS)
+    norm_a = np.stack([_similarity_align(x, ref, TEMPLATE_INDEX) for x in la])[:, mouth].reshape(len(la), -1)
+    norm_b = np.stack([_similarity_align(x, ref, TEMPLATE_INDEX) for x in lb])[:, mouth].reshape(len(lb), -1)
+
+    def as_frames(mouths: np.ndarray) -> np.ndarray:  # replace each 01b frame's mouth, map back to the frame
+        out = []
+        for m, real in zip(mouths, lb):
+            n = _similarity_align(real, ref, TEMPLATE_INDEX)
+            n[mouth] = m.reshape(-1, 2)
+            out.append(_similarity_align(n, real, TEMPLATE_INDEX))
+        return np.stack(out)
+
+    neutral = pick_neutral_frame(la, np.arange(len(la)))
+    base = mouth_landmark_distance(as_frames(np.repeat(norm_a[neutral][None], len(lb), 0)), lb)
+    mean_a = norm_a.mean(0)
+    _, s, vt = np.linalg.svd(norm_a - mean_a, full_matrices=False)
+    print(f"baseline (a) MLD {base:.4f}; 01a mouth-shape variance in the first 3 components: "
+          f"{np.round(np.cumsum(s ** 2)[:3] / np.sum(s ** 2), 3).tolist()}")
+    for k in (1, 2, 3):
+        oracle = (norm_b - mean_a) @ vt[:k].T @ vt[:k] + mean_a
+        print(f"  oracle with {k} component(s): MLD {100 * (mouth_landmark_distance(as_frames(oracle), lb) / base - 1):+.1f}% "
+              "vs baseline (a)")
+
+    # 2. audio -> opening, 01a -> 01b
+    pred = ridge(pooled(wa), oa, pooled(wb))
+    pred_z = ridge(pooled(wa), zscore(oa), pooled(wb))  # each clip's mean and scale removed
+    print(f"ridge 01a -> 01b opening: corr {np.corrcoef(pred, ob)[0, 1]:.3f}, R^2 raw {r2(pred, ob):.3f}, "
+          f"R^2 per-clip standardised {r2(pred_z, zscore(ob)):.3f}; mean opening 01a {oa.mean():.4f} / 01b "
+          f"{ob.mean():.4f} (01a std {oa.std():.4f})")
+
+    # 3. a prior from other speakers (each clip standardised, so only the variation is learned)
+    for label, names in (("other clips", OTHERS), ("other clips + 01a", (*OTHERS, TRAIN))):
+        x = np.concatenate([pooled(clips[n][1]) for n in names])
+        y = np.concatenate([zscore(clips[n][2]) for n in names])
+        p = ridge(x, y, pooled(wb))
+        print(f"ridge {label} ({len(y)} frames) -> 01b: corr {np.corrcoef(p, ob)[0, 1]:.3f}, "
+              f"R^2 standardised {r2(p, zscore(ob)):.3f}")
+
+
+if __name__ == "__main__":
+    main()
