@@ -101,6 +101,18 @@ def main() -> None:
         print(f"  oracle with {k} component(s): MLD {100 * (mouth_landmark_distance(as_frames(oracle), lb) / base - 1):+.1f}% "
               "vs baseline (a)")
 
+    # 1b. audio -> the first two shape components (ridge on 01a), as MLD: raw, and with the predictions'
+    # average moved to 01b's average shape (what calibrating to the driven footage could give at best)
+    comps_a, comps_b = (norm_a - mean_a) @ vt[:2].T, (norm_b - mean_a) @ vt[:2].T
+    pred_c = np.stack([ridge(pooled(wa), comps_a[:, j], pooled(wb)) for j in range(2)], axis=1)
+
+    def mld_of(c: np.ndarray) -> float:
+        return 100 * (mouth_landmark_distance(as_frames(c @ vt[:2] + mean_a), lb) / base - 1)
+
+    print(f"  audio (ridge, 2 components): {mld_of(pred_c):+.1f}%; its average moved to 01b's: "
+          f"{mld_of(pred_c - pred_c.mean(0) + comps_b.mean(0)):+.1f}%; 01b's average shape alone: "
+          f"{mld_of(np.repeat(comps_b.mean(0)[None], len(lb), 0)):+.1f}%")
+
     # 2. audio -> opening, 01a -> 01b
     pred = ridge(pooled(wa), oa, pooled(wb))
     pred_z = ridge(pooled(wa), zscore(oa), pooled(wb))  # each clip's mean and scale removed
