@@ -203,14 +203,19 @@ def main() -> None:
                 row = {"speech": length, "model": model_key, "config": label, **median}
                 report["rows"].append(row)
                 print(json.dumps(row), flush=True)
+    baselines = {(r["speech"], r["model"]): r["total"] for r in report["rows"] if r["config"].startswith("eager")}
+    for r in report["rows"]:  # speed-up of each row over the eager FP32 chain of the same speech and model
+        base = baselines.get((r["speech"], r["model"]))
+        r["vs_eager"] = round(base / r["total"], 3) if base else None
     print(f"\n{report.get('device', report['machine'])}")
     print("| speech | model | config | audio s | tts | align | talking head | smooth | to uint8 | mux | total s | "
-          "x real time | peak GPU MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "vs eager | x real time | peak GPU MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in report["rows"]:
+        ratio = f"{r['vs_eager']:.2f}x" if r["vs_eager"] else "-"
         print(f"| {r['speech']} | {r['model']} | {r['config']} | {r['audio_s']:.1f} | {r['tts']:.2f} | {r['align']:.2f} | "
               f"{r['talking_head']:.2f} | {r['smooth']:.2f} | {r['to_uint8']:.2f} | {r['mux']:.2f} | {r['total']:.2f} | "
-              f"{r['rtf']:.3f} | {r.get('peak_gpu_mib', float('nan')):.0f} |")
+              f"{ratio} | {r['rtf']:.3f} | {r.get('peak_gpu_mib', float('nan')):.0f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1))
