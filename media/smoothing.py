@@ -340,7 +340,7 @@ def smooth_frames(
             return None
         return np.asarray(m[t, rows, xs] if m.ndim == 3 else m[rows, xs], dtype=np.float32)[..., None]
 
-    if method != "ema":  # float32 constants of the step (Python floats would promote nothing, but say it)
+    if method != "ema":  # the step's constants, as float32 once (the arrays stay float32 throughout)
         per_sigma = np.float32(1.0 / (3.0 * sigma))  # channel mean and noise sigmas in one factor
         gain, base_cut, two_pi_dt = np.float32(_PIXEL_GAIN), np.float32(min_cut), np.float32(2.0 * math.pi * dt)
 
