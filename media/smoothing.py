@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..vision.parallel import for_each_frame, frame_workers
+from ..parallel import for_each_frame, frame_workers
 
 METHODS = ("one_euro", "ema", "none")
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from ..vision.parallel import for_each_frame
+from ..parallel import for_each_frame
 
 CHUNK = 16  # frames per conversion task (a few MB: cache-friendly, enough tasks for the threads)
 

@@ -5,9 +5,11 @@ checkout directory's own name cannot be relied on; register it under the pip nam
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,28 @@ def face_runners(setup_models):
 
     return (detect.engine_runner(face_detector_spec(), backend="onnxruntime"),
             detect.engine_runner(face_mesh_spec(), backend="onnxruntime"))
+
+
+WHEEL_DIRS = [os.environ.get("DIGITAL_HUMAN_WHEELS", ""), "/tmp/mpwheel", "/tmp/dl"]
+
+
+@contextlib.contextmanager
+def _fresh_face_models(folder: Path) -> Iterator[dict[str, Path]]:
+    """Install the face models into `folder` (as DIGITAL_HUMAN_MODELS while the block runs; restored
+    after), from a mediapipe 0.10.21 wheel on disk or PyPI; skip the test when neither is reachable."""
+    from digital_human.engines.face.mediapipe_assets import install_face_models
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DIGITAL_HUMAN_MODELS", str(folder))
+        wheel_dir = next((Path(d) for d in WHEEL_DIRS if d and any(Path(d).glob("mediapipe-0.10.21-*.whl"))), None)
+        try:
+            paths = install_face_models(wheel_dir=wheel_dir)
+        except Exception as exc:  # offline and no wheel on disk
+            pytest.skip(f"face models unavailable (no mediapipe 0.10.21 wheel, PyPI failed: {exc})")
+        yield paths
+
+
+@pytest.fixture(scope="session")
+def fresh_face_models():
+    """`with fresh_face_models(folder) as paths:` - face models installed into a folder of the test's own."""
+    return _fresh_face_models

@@ -6,7 +6,6 @@ Models come from a mediapipe 0.10.21 wheel already on disk (DIGITAL_HUMAN_WHEELS
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 
@@ -16,10 +15,9 @@ import pytest
 from digital_human.engines.face import detect
 from digital_human.engines.face.blazeface import face_detector_spec
 from digital_human.engines.face.facemesh import face_mesh_spec
-from digital_human.engines.face.mediapipe_assets import face_model_paths, install_face_models
+from digital_human.engines.face.mediapipe_assets import face_model_paths
 from digital_human.engines.face.tflite_reader import UnsupportedTflite, read_tflite
 
-WHEEL_DIRS = [os.environ.get("DIGITAL_HUMAN_WHEELS", ""), "/tmp/mpwheel", "/tmp/dl"]
 PORTRAITS = ["face_01_female.jpg", "face_02_male.png", "face_03_male.jpg", "face_04_zh_male_halfbody.jpeg"]
 
 
@@ -32,21 +30,9 @@ def _load_rgb(path: Path) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    old = os.environ.get("DIGITAL_HUMAN_MODELS")
-    os.environ["DIGITAL_HUMAN_MODELS"] = str(tmp_path_factory.mktemp("face_models"))
-    try:
-        wheel_dir = next((Path(d) for d in WHEEL_DIRS if d and any(Path(d).glob("mediapipe-0.10.21-*.whl"))), None)
-        try:
-            paths = install_face_models(wheel_dir=wheel_dir)
-        except Exception as exc:  # offline and no wheel on disk
-            pytest.skip(f"face models unavailable (no mediapipe 0.10.21 wheel, PyPI failed: {exc})")
+def models(tmp_path_factory: pytest.TempPathFactory, fresh_face_models) -> dict[str, Path]:
+    with fresh_face_models(tmp_path_factory.mktemp("face_models")) as paths:
         yield paths
-    finally:
-        if old is None:
-            os.environ.pop("DIGITAL_HUMAN_MODELS", None)
-        else:
-            os.environ["DIGITAL_HUMAN_MODELS"] = old
 
 
 @pytest.fixture(scope="module")

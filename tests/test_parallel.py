@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from digital_human.vision.parallel import for_each_frame, frame_workers
+from digital_human.parallel import for_each_frame, frame_workers
 
 
 @pytest.mark.parametrize("workers", [1, 4])

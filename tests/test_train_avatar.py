@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,30 +21,21 @@ from digital_human.engines.talking_head.train_avatar import (FootageError, Train
                                                              train_avatar)
 from digital_human.vision.faces import NoFaceError
 
-WHEEL_DIRS = [os.environ.get("DIGITAL_HUMAN_WHEELS", ""), "/tmp/mpwheel", "/tmp/dl"]
 TINY = GeneratorConfig(crop_size=64, base_channels=4, levels=2, audio_channels=4, audio_dim=16)
 N_FRAMES = 45  # 1.5 s at 30 fps
 TINY_ARGS = dict(config=TINY, device="cpu", batch_size=4, min_seconds=0.5, lr=2e-3)
 
 
 @pytest.fixture(scope="module")
-def clip(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+def clip(data_dir: Path, tmp_path_factory: pytest.TempPathFactory, fresh_face_models):
     """(track, audio [1, T], sr) of the first 1.5 s of 01a; models root is a temp folder."""
     from digital_human.engines.face import detect
     from digital_human.engines.face.blazeface import face_detector_spec
     from digital_human.engines.face.facemesh import face_mesh_spec
-    from digital_human.engines.face.mediapipe_assets import install_face_models
     from digital_human.media.probe import read_video_audio, read_video_frames
     from digital_human.vision import align_faces
 
-    old = os.environ.get("DIGITAL_HUMAN_MODELS")
-    os.environ["DIGITAL_HUMAN_MODELS"] = str(tmp_path_factory.mktemp("clone_models"))
-    try:
-        wheel_dir = next((Path(d) for d in WHEEL_DIRS if d and any(Path(d).glob("mediapipe-0.10.21-*.whl"))), None)
-        try:
-            install_face_models(wheel_dir=wheel_dir)
-        except Exception as exc:
-            pytest.skip(f"face models unavailable (no mediapipe 0.10.21 wheel, PyPI failed: {exc})")
+    with fresh_face_models(tmp_path_factory.mktemp("clone_models")):
         runners = (detect.engine_runner(face_detector_spec(), backend="onnxruntime"),
                    detect.engine_runner(face_mesh_spec(), backend="onnxruntime"))
         path = data_dir / "video" / "talk_en_male_01a.mp4"
@@ -53,11 +43,6 @@ def clip(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         track = align_faces(frames, fps, runners=runners)
         wave, sr = read_video_audio(path)
         yield track, wave[:, : int(round(N_FRAMES / fps * sr))], sr
-    finally:
-        if old is None:
-            os.environ.pop("DIGITAL_HUMAN_MODELS", None)
-        else:
-            os.environ["DIGITAL_HUMAN_MODELS"] = old
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ from typing import Callable
 
 import numpy as np
 
+from ..parallel import for_each_frame
 from . import align as _align
 from .align import warp_image
 from .faces import apply_affines, invert_affines
-from .parallel import for_each_frame
 
 # MediaPipe face-mesh silhouette, in order around the face (forehead 10 -> right side -> chin 152).
 FACE_OVAL = (10, 338, 297, 332, 284, 251, 389, 356, 454, 323, 361, 288, 397, 365, 379, 378, 400, 377,

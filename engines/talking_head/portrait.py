@@ -14,7 +14,7 @@ import numpy as np
 
 from ...vision import align as _align
 from ...vision.faces import apply_affines, invert_affines
-from ...vision.parallel import for_each_frame
+from ...parallel import for_each_frame
 from ...vision.paste import lower_face_mask
 from .driver import (TalkingHeadResult, frame_schedule, output_frame_count, render_frames, schedule_track,
                      validate_audio, validate_track)

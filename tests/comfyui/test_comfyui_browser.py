@@ -22,6 +22,14 @@ def _our_page_errors(page) -> list[str]:
     return [text for kind, text in page.dh_console if kind == "pageerror" and "digital_human" in text]
 
 
+def _save_failure(page, client: ComfyClient, name: str) -> None:
+    """Screenshot, browser console and the server queue of a failed wait, under artifacts/."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}_browser_FAILED.png"))
+    (ARTIFACTS / f"{name}_browser_console.txt").write_text(
+        "\n".join(f"{k}: {t}" for k, t in page.dh_console) + "\n\nqueue: " + json.dumps(client.get("/queue")))
+
+
 @pytest.mark.parametrize("ui_path", UI_WORKFLOWS, ids=[p.stem for p in UI_WORKFLOWS])
 def test_bundled_workflow_loads_without_errors(ui_path: Path, client: ComfyClient, uploaded: dict[str, str]) -> None:
     info = client.object_info()
@@ -59,10 +67,7 @@ def test_tts_player_and_status_line_show_the_result(client: ComfyClient, uploade
                 return a && a.src && a.readyState >= 1 && a.duration > 0.5;
             }}""", timeout=300_000)
         except Exception:
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "voice_only_browser_FAILED.png"))
-            (ARTIFACTS / "voice_only_browser_console.txt").write_text(
-                "\n".join(f"{k}: {t}" for k, t in page.dh_console) + "\n\nqueue: " + json.dumps(client.get("/queue")))
+            _save_failure(page, client, "voice_only")
             raise
         player = page.evaluate(f"""() => {{
             const a = document.querySelector('{selector}');
@@ -104,10 +109,7 @@ def test_video_player_shows_the_clone_from_photo_mp4(client: ComfyClient, upload
                 return v && v.src && v.readyState >= 1 && v.duration > 1 && v.videoWidth > 0;
             }""", arg=mux["id"], timeout=400_000)
         except Exception:
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "clone_from_photo_browser_FAILED.png"))
-            (ARTIFACTS / "clone_from_photo_browser_console.txt").write_text(
-                "\n".join(f"{k}: {t}" for k, t in page.dh_console) + "\n\nqueue: " + json.dumps(client.get("/queue")))
+            _save_failure(page, client, "clone_from_photo")
             raise
         player = page.evaluate("""(id) => {
             const v = window.app.graph.getNodeById(id).dhMedia;

@@ -1,4 +1,4 @@
-"""Per-frame CPU work on a few threads.
+"""Per-frame CPU work on a few threads (shared by vision, media and the talking-head models).
 
 Warping, blending and mouth rendering are numpy/OpenCV calls on arrays of a few hundred KB; both
 libraries release the GIL inside them, so frames processed on separate threads overlap. Used by the
