@@ -155,6 +155,54 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
                                          "head_backend": _loaded("clone") if model != "portrait" else "portrait (numpy/OpenCV)"}
 
 
+def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
+                      backend: str, max_seconds: float, smooth: float, out: Path) -> tuple[Any, float, dict[str, Any]]:
+    """face file + speech -> MP4 on the headless path (engines/talking_head/render_video.py: paste-back,
+    smoothing and YUV conversion on the GPU when there is one, encoding overlapped); the node chain's
+    result to rounding. Returns (MuxReport, fps, reports)."""
+    from .engines.talking_head.render_video import render_talking_video
+    from .nodes.image_convert import uint8_to_image
+    from .nodes.video_nodes import FaceAlign
+
+    frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds)
+    fps = float(fps or (src_fps if len(frames) > 1 else 25.0))
+    faces, _, align_report = timer.run("align", FaceAlign().align, uint8_to_image(frames), src_fps, backend=backend)
+    if model == "portrait":
+        from .engines.talking_head.portrait import portrait_crops
+
+        gen = timer.run("talking_head", portrait_crops, faces, wave, rate, fps)
+    elif model.startswith("clone:"):
+        from .engines.talking_head.clone_infer import clone_crops
+
+        gen = timer.run("talking_head", clone_crops, model.split(":", 1)[1], faces, wave, rate, fps, backend=backend,
+                        batch_size=0)
+    else:
+        raise ValueError(f"--model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
+    result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth)
+    for warning in result.warnings:
+        log.warning("%s", warning)
+    return result.mux, fps, {"align": align_report, "video": result.summary(),
+                             "head_backend": gen.backend if model != "portrait" else "portrait (numpy/OpenCV)"}
+
+
+def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: int) -> tuple[Any, float, dict[str, Any]]:
+    """The talking-head part of `animate` and `run`: the headless path, or the ComfyUI node chain
+    (TRT_TalkingHead -> TemporalSmooth -> VideoMux) exactly as a workflow runs it. --render auto takes
+    the headless path on a CUDA machine only: on a CPU its torch paste-back and YUV conversion are
+    slower than the nodes' threaded OpenCV/numpy and ffmpeg's own conversion (benchmarks/RESULTS.md)."""
+    render = args.render
+    if render == "auto":
+        import torch
+
+        render = "headless" if torch.cuda.is_available() else "nodes"
+    if render == "headless":
+        return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
+                                 args.max_seconds, args.smooth, Path(args.out))
+    frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
+                                           args.max_seconds, args.smooth)
+    return _mux_to(timer, frames, wave, rate, fps, Path(args.out)), fps, reports
+
+
 def _mux_to(timer: StageTimer, frames: Any, wave: Any, rate: int, fps: float, out: Path) -> Any:
     from .media.mux import mux_video
 
@@ -166,9 +214,7 @@ def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
 
     timer = StageTimer()
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio))
-    frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
-                                           args.max_seconds, args.smooth)
-    report = _mux_to(timer, frames, wave, rate, fps, Path(args.out))
+    report, fps, reports = _animate_to(timer, args, wave, rate)
     return {"outputs": [str(report.path)], "backend": reports["head_backend"], "timings": timer.seconds,
             "frames": report.probe.frame_count, "fps": fps, "video_seconds": report.probe.video_duration,
             "audio_seconds": report.probe.audio_duration, "reports": reports}
@@ -201,9 +247,7 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     speech = timer.run("tts", TRT_TTS()._synthesize, text, speaker, language=args.language, speed=args.speed,
                        strength=1.0, base_voice="auto", backend=args.backend, precision="auto")
-    frames, fps, reports = _animate_frames(timer, Path(args.face), speech.waveform, speech.sample_rate, args.model,
-                                           args.fps, args.backend, args.max_seconds, args.smooth)
-    report = _mux_to(timer, frames, speech.waveform, speech.sample_rate, fps, Path(args.out))
+    report, fps, reports = _animate_to(timer, args, speech.waveform, speech.sample_rate)
     total = sum(timer.seconds.values())
     return {"outputs": [str(report.path)], "backend": {"tts": speech.backend, "speaker": embed_report["backend"],
                                                        "talking_head": reports["head_backend"]},
@@ -290,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--smooth", type=float, default=0.5, help="TemporalSmooth strength (0 = off)")
         p.add_argument("--max-seconds", type=float, default=60.0, help="reference video seconds to read")
         p.add_argument("--out", required=True, help="output .mp4")
+        p.add_argument("--render", default="auto", choices=["auto", "headless", "nodes"],
+                       help="headless: paste-back, smoothing and YUV conversion in torch (on the GPU), frames "
+                            "streamed to the encoder; nodes: the ComfyUI node chain; auto: headless with CUDA, "
+                            "else nodes (same frames to rounding)")
 
     animate = sub.add_parser("animate", help="face + speech audio -> lip-synced MP4")
     common(animate)

@@ -1,7 +1,8 @@
 """Whole chain, text to MP4, per stage: the main job's speed on this machine (CPU or GPU).
 
-Runs the same node code as `digital-human run` (TTS in the fitted voice -> FaceAlign -> TRT_TalkingHead
--> TemporalSmooth -> VideoMux) for ~10 s and ~60 s of speech, warm (models loaded, voice fitted
+Runs the same code as `digital-human run` (TTS in the fitted voice -> FaceAlign -> the headless video
+path: model crops -> paste-back + smoothing + YUV on the GPU -> encoder) and its ComfyUI node chain
+(TRT_TalkingHead -> TemporalSmooth -> VideoMux) for ~10 s and ~60 s of speech, warm (models loaded, voice fitted
 beforehand: fitting happens once per voice and is reported separately), median of repeats, next to the
 same chain with every neural stage forced to eager FP32 torch (the baseline, measured in the same run).
 On a CUDA machine it also reports peak GPU memory per run and, with --unload, the peak with each stage's
@@ -12,6 +13,7 @@ models released after use (the small-GPU mode) next to keeping everything loaded
                                                          # machines without librosa need this)
   python benchmarks/chain.py --models portrait clone     # clone: random-weight avatar of the photo
                                                          # (its speed does not depend on the weights)
+  python benchmarks/chain.py --paths headless node       # the CLI's headless video path and/or the nodes
 """
 from __future__ import annotations
 
@@ -54,9 +56,12 @@ def _cuda():
 
 
 def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model: str = "portrait",
-              unload: bool = False) -> dict[str, float]:
+              unload: bool = False, headless: bool = False) -> dict[str, float]:
     """One text -> MP4 run through the nodes; stage seconds, audio seconds and (CUDA) peak GPU MiB.
-    unload: release each stage's models once the stage is done (engines.loader.release)."""
+    unload: release each stage's models once the stage is done (engines.loader.release).
+    headless: after TTS and FaceAlign, the CLI's headless video path (model crops -> render_talking_video:
+    paste-back + smoothing on the GPU, YUV frames streamed to the encoder); its columns: talking head =
+    the model's crops, smooth = paste-back + smoothing, mux = compose + encode."""
     from digital_human.audio import to_comfy_audio
     from digital_human.engines import loader
     from digital_human.media.mux import mux_video
@@ -84,15 +89,34 @@ def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model
     if unload:
         loader.release("voice")
     faces, _, _ = stage("align", FaceAlign().align, face_image, 25.0, backend=backend)
-    out = stage("talking_head", TRT_TalkingHead().animate, faces, to_comfy_audio(speech.waveform, speech.sample_rate),
-                model=model, fps=25.0, backend=backend)
-    if unload:
-        loader.release("face")
-    frames, track, _ = out["result"]
-    smoothed, _ = stage("smooth", TemporalSmooth().smooth, frames, strength=0.5, fps=25.0, faces=track)
-    pixels = stage("to_uint8", image_to_uint8, smoothed)
-    path = out_dir / f"chain_{backend}_{model.replace(':', '_')}.mp4"
-    stage("mux", mux_video, pixels, speech.waveform, speech.sample_rate, 25.0, path)
+    path = out_dir / f"chain_{backend}_{model.replace(':', '_')}{'_headless' if headless else ''}.mp4"
+    if headless:
+        from digital_human.engines.talking_head.clone_infer import clone_crops
+        from digital_human.engines.talking_head.portrait import portrait_crops
+        from digital_human.engines.talking_head.render_video import render_talking_video
+
+        if model == "portrait":
+            gen = stage("talking_head", portrait_crops, faces, speech.waveform, speech.sample_rate, 25.0)
+        else:
+            gen = stage("talking_head", clone_crops, model.split(":", 1)[1], faces, speech.waveform,
+                        speech.sample_rate, 25.0, backend=backend, batch_size=0)
+        if unload:
+            loader.release("face")
+        result = stage("video", render_talking_video, gen, speech.waveform, speech.sample_rate, path,
+                       smooth_strength=0.5)
+        video = t.pop("video")
+        t["smooth"] = result.timings["paste_smooth"]
+        t["to_uint8"] = 0.0
+        t["mux"] = video - t["smooth"]
+    else:
+        out = stage("talking_head", TRT_TalkingHead().animate, faces,
+                    to_comfy_audio(speech.waveform, speech.sample_rate), model=model, fps=25.0, backend=backend)
+        if unload:
+            loader.release("face")
+        frames, track, _ = out["result"]
+        smoothed, _ = stage("smooth", TemporalSmooth().smooth, frames, strength=0.5, fps=25.0, faces=track)
+        pixels = stage("to_uint8", image_to_uint8, smoothed)
+        stage("mux", mux_video, pixels, speech.waveform, speech.sample_rate, 25.0, path)
     t["total"] = sum(t.values())
     t["audio_s"] = speech.audio_seconds
     probe = probe_media(path)  # outside the timing: the benchmark's own check that the MP4 is valid
@@ -101,6 +125,45 @@ def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model
     if torch is not None:
         t["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
     return t
+
+
+def headless_parity(text: str, speaker, face_image, model: str) -> dict:
+    """The headless path's frames (torch on CUDA when present) against the node path's (CPU paste-back,
+    numpy smoothing, image_to_uint8) for the same generated crops: PSNR, max and share of pixel
+    values off by more than 2; and the YUV conversion on the device against the CPU's, byte for byte."""
+    import numpy as np
+    import torch
+
+    from digital_human.engines.talking_head.clone_infer import clone_crops
+    from digital_human.engines.talking_head.driver import paste_generated
+    from digital_human.engines.talking_head.portrait import portrait_crops
+    from digital_human.engines.talking_head.render_video import compose_chunks, paste_and_smooth
+    from digital_human.media.yuv import rgb_to_yuv420p
+    from digital_human.nodes.image_convert import image_to_uint8, uint8_to_image
+    from digital_human.nodes.video_nodes import FaceAlign, TemporalSmooth
+    from digital_human.nodes.voice_nodes import TRT_TTS
+
+    speech = TRT_TTS()._synthesize(text, speaker, "en", 1.0, 1.0, "auto", "auto", "auto")
+    faces, _, _ = FaceAlign().align(face_image, 25.0)
+    if model == "portrait":
+        gen = portrait_crops(faces, speech.waveform, speech.sample_rate, 25.0)
+    else:
+        gen = clone_crops(model.split(":", 1)[1], faces, speech.waveform, speech.sample_rate, 25.0, batch_size=0)
+    node = paste_generated(gen)
+    images, _ = TemporalSmooth().smooth(uint8_to_image(node.frames), strength=0.5, fps=25.0, faces=node.track)
+    expected = image_to_uint8(images)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    boxes = paste_and_smooth(gen, smooth_strength=0.5, device=device)
+    chunks = list(compose_chunks(gen, boxes, device))
+    got = np.concatenate([c.cpu().numpy() for c in chunks])
+    diff = np.abs(got.astype(np.int16) - expected.astype(np.int16))
+    mse = float(np.mean(diff.astype(np.float64) ** 2))
+    yuv_device = rgb_to_yuv420p(chunks[0]).cpu()
+    yuv_cpu = rgb_to_yuv420p(chunks[0].cpu())
+    return {"model": model.split(":")[0], "device": device, "frames": int(len(got)),
+            "psnr_db": round(10 * np.log10(255.0 ** 2 / mse), 2) if mse else float("inf"),
+            "max_abs": int(diff.max()), "share_over_2": float((diff > 2).mean()),
+            "yuv_device_equals_cpu": bool(torch.equal(yuv_device, yuv_cpu))}
 
 
 def load_or_fit_speaker(voice: Path, speaker_file: Path | None):
@@ -171,6 +234,10 @@ def main() -> None:
     parser.add_argument("--lengths", nargs="*", default=list(TEXTS))
     parser.add_argument("--models", nargs="*", default=["portrait"], choices=["portrait", "clone"])
     parser.add_argument("--no-baseline", action="store_true", help="skip the eager FP32 rows")
+    parser.add_argument("--paths", nargs="*", default=["headless", "node"], choices=["headless", "node"],
+                        help="headless = the CLI's video path; node = the ComfyUI node chain")
+    parser.add_argument("--parity", action="store_true",
+                        help="also compare the headless path's frames with the node path's (10 s of speech)")
     parser.add_argument("--unload", action="store_true", help="also run with stage unloading (peak GPU memory)")
     args = parser.parse_args()
     import_pack()
@@ -187,22 +254,33 @@ def main() -> None:
     models = {"portrait": "portrait"}
     if "clone" in args.models:
         models["clone"] = random_avatar(face)
-    configs = [("auto", False, "node path (auto)")]
+    configs = []  # (backend, unload, headless, label)
+    if "headless" in args.paths:
+        configs.append(("auto", False, True, "headless path (auto)"))
+    if "node" in args.paths:
+        configs.append(("auto", False, False, "node path (auto)"))
     if args.unload and _cuda() is not None:
-        configs.append(("auto", True, "node path, stages unloaded"))
+        configs.append(("auto", True, False, "node path, stages unloaded"))
     if not args.no_baseline:
-        configs.append(("torch", False, "eager FP32 torch (baseline)"))
+        configs.append(("torch", False, False, "eager FP32 torch (baseline)"))
     for length in args.lengths:
         for model_key in args.models:
-            for backend, unload, label in configs:
-                run_chain(TEXTS[length], speaker, face, backend, out_dir, models[model_key], unload)  # warm-up
-                runs = [run_chain(TEXTS[length], speaker, face, backend, out_dir, models[model_key], unload)
-                        for _ in range(args.repeats)]
+            for backend, unload, headless, label in configs:
+                def once() -> dict[str, float]:
+                    return run_chain(TEXTS[length], speaker, face, backend, out_dir, models[model_key], unload,
+                                     headless)
+
+                once()  # warm-up
+                runs = [once() for _ in range(args.repeats)]
                 median = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
                 median["rtf"] = round(median["total"] / median["audio_s"], 3)
                 row = {"speech": length, "model": model_key, "config": label, **median}
                 report["rows"].append(row)
                 print(json.dumps(row), flush=True)
+    if args.parity:
+        report["parity"] = [headless_parity(TEXTS["10s"], speaker, face, models[m]) for m in args.models]
+        for row in report["parity"]:
+            print(json.dumps(row), flush=True)
     baselines = {(r["speech"], r["model"]): r["total"] for r in report["rows"] if r["config"].startswith("eager")}
     for r in report["rows"]:  # speed-up of each row over the eager FP32 chain of the same speech and model
         base = baselines.get((r["speech"], r["model"]))

@@ -3,6 +3,9 @@
 Why it is built this way:
 - Frames are streamed to ffmpeg's stdin chunk by chunk as raw RGB, so at most one chunk is
   converted/copied at a time (a minute of 512x512 float frames is already 2.8 GB).
+- A `FrameStream` instead hands over frames as they are produced (e.g. on a GPU while ffmpeg
+  encodes), optionally already yuv420p (media/yuv.py): then ffmpeg's single-threaded RGB->YUV
+  `scale` filter is skipped and half the bytes go through the pipe.
 - `-framerate` is given before `-i` so the raw input gets the right clock; fps is a rational
   (29.97 -> 2997/100) so durations come out exact.
 - Audio goes through a float WAV written with soundfile (no lossy step before the encoder).
@@ -12,13 +15,14 @@ Why it is built this way:
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import secrets
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -53,6 +57,31 @@ _CODECS = {
     "mp4": _Codec(".mp4", "mp4", "h264", "aac", 18, 51),
     "webm": _Codec(".webm", "webm", "vp9", "opus", 31, 63),
 }
+
+
+STREAM_PIX_FMTS = ("rgb24", "yuv420p")
+
+
+@dataclass(frozen=True)
+class FrameStream:
+    """`count` frames of width x height, delivered as `chunks` in ffmpeg's raw `pix_fmt` layout.
+
+    Each chunk is a uint8 numpy array holding one or more whole frames ([k, ...] whose byte size
+    is k x frame_bytes): rgb24 = H*W*3 bytes per frame, yuv420p = Y plane then U then V,
+    H*W*3/2 bytes (media.yuv.rgb_to_yuv420p makes those). `chunks` may be a generator: mux_video
+    pulls the next chunk only when the previous one is in ffmpeg's pipe, so producing and
+    encoding overlap. yuv420p needs even width/height; odd rgb24 sizes are padded as for arrays.
+    """
+    count: int
+    width: int
+    height: int
+    pix_fmt: str
+    chunks: Iterable[np.ndarray]
+
+    @property
+    def frame_bytes(self) -> int:
+        pixels = self.width * self.height
+        return pixels * 3 if self.pix_fmt == "rgb24" else pixels * 3 // 2
 
 
 class MuxError(RuntimeError):
@@ -129,6 +158,25 @@ def _check_frames(frames: np.ndarray) -> np.ndarray:
                     "The upstream model produced invalid pixels; fix or clamp them before muxing."
                 )
     return arr
+
+
+def _check_stream(stream: FrameStream) -> None:
+    if stream.pix_fmt not in STREAM_PIX_FMTS:
+        raise ValueError(f"FrameStream.pix_fmt must be one of {STREAM_PIX_FMTS}, got {stream.pix_fmt!r}.")
+    for name in ("count", "width", "height"):
+        value = getattr(stream, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"FrameStream.{name} must be a non-negative integer, got {value!r}.")
+    if stream.count == 0:
+        raise ValueError("FrameStream.count is 0: nothing to write. Check the node that produced the frames.")
+    if stream.width == 0 or stream.height == 0:
+        raise ValueError(f"FrameStream frames have zero size ({stream.width}x{stream.height}).")
+    if stream.pix_fmt == "yuv420p" and (stream.width % 2 or stream.height % 2):
+        raise ValueError(
+            f"yuv420p frames must have an even width and height, got {stream.width}x{stream.height}. "
+            "Fix: convert with media.yuv.rgb_to_yuv420p, which pads odd sizes by one row/column, and give "
+            "the FrameStream that padded size - or stream rgb24 frames and let mux_video pad them."
+        )
 
 
 def _check_audio(audio: np.ndarray | None, sample_rate: int) -> np.ndarray | None:
@@ -233,10 +281,14 @@ def _audio_args(fmt: str, sr: int, channels: int, bitrate: str | None) -> list[s
     return ["-c:a", "libopus", "-b:a", bitrate or ("96k" if channels == 1 else "128k"), "-ar", "48000"]
 
 
-def _video_args(fmt: str, crf: int, preset: str | None) -> list[str]:
-    # RGB -> BT.709 limited-range YUV, and tag it, so browsers/players convert back with the same matrix.
-    color = ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
-    vf = ["-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p"]
+# BT.709 limited range: the output is tagged with it so browsers/players convert back with the same matrix.
+_COLOR_TAGS = ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
+
+
+def _video_args(fmt: str, crf: int, preset: str | None, convert: bool = True) -> list[str]:
+    # convert: RGB input -> BT.709 limited-range YUV by ffmpeg; False when the input is yuv420p already.
+    color = _COLOR_TAGS
+    vf = ["-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p"] if convert else []
     if fmt == "mp4":
         return [*vf, "-c:v", "libx264", "-preset", preset or "medium", "-crf", str(crf),
                 "-pix_fmt", "yuv420p", *color, "-movflags", "+faststart"]
@@ -282,6 +334,77 @@ def _frame_chunks(
         yield end, np.ascontiguousarray(chunk)
 
 
+def _stream_chunks(
+    stream: FrameStream, n_out: int, pad_w: int, pad_h: int, pad_mode: str,
+    raised_by_stream: list[BaseException],
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield (frames_done, uint8 chunk) covering n_out frames of `stream`.
+
+    Frames past n_out (trimmed) are never requested from the stream, so they are never produced
+    (nor counted); otherwise the stream must end after exactly `count` frames, and past its end
+    (hold_last_frame) its last frame is repeated. Exceptions the stream raises are recorded in
+    `raised_by_stream` (so mux_video re-raises them unchanged, even OSErrors) and propagate; a
+    wrong frame count or a partial frame is a MuxError.
+    """
+    n, w, h = stream.count, stream.width, stream.height
+    frame_bytes = stream.frame_bytes
+    it = iter(stream.chunks)
+    received = written = 0
+    last: np.ndarray | None = None
+    try:
+        for index in itertools.count():
+            if n_out < n and written >= n_out:  # trimmed: the rest of the stream is never produced
+                break
+            try:
+                chunk = next(it)
+            except StopIteration:
+                break
+            except BaseException as exc:
+                raised_by_stream.append(exc)
+                raise
+            try:
+                arr = np.asarray(chunk)
+            except Exception as exc:  # e.g. a CUDA tensor
+                raise MuxError(f"FrameStream chunk {index} is a {type(chunk).__name__}, not a numpy array; "
+                               "move it to the CPU first (tensor.cpu().numpy()).") from exc
+            if arr.dtype != np.uint8:
+                raise MuxError(f"FrameStream chunk {index} has dtype {arr.dtype}; {stream.pix_fmt} frames are uint8.")
+            k, rest = divmod(arr.nbytes, frame_bytes)
+            if rest:
+                raise MuxError(
+                    f"FrameStream chunk {index} holds {arr.nbytes} bytes, not a whole number of "
+                    f"{w}x{h} {stream.pix_fmt} frames ({frame_bytes} bytes each)."
+                )
+            if received + k > n:
+                raise MuxError(f"the FrameStream yielded more frames than its count of {n} "
+                               f"({received + k} by chunk {index}); fix FrameStream.count.")
+            received += k
+            if k == 0:
+                continue
+            frames = np.ascontiguousarray(arr).reshape(k, frame_bytes)
+            if pad_w or pad_h:  # rgb24 only: yuv420p streams are even-sized
+                widths = ((0, 0), (0, pad_h), (0, pad_w), (0, 0))
+                frames = np.pad(frames.reshape(k, h, w, 3), widths, mode="edge" if pad_mode == "edge" else "constant")
+                frames = frames.reshape(k, -1)
+            frames = frames[: n_out - written]
+            if n_out > n:  # a copy: the producer may reuse its buffer for the next chunk
+                last = frames[-1:].copy()
+            written += len(frames)
+            yield written, frames
+        if written < n_out and received < n:
+            raise MuxError(f"the FrameStream ended after {received} of its {n} frames; fix FrameStream.count "
+                           "or the generator that produces the chunks.")
+        if written < n_out:  # hold_last_frame past the stream's end
+            step = max(1, _CHUNK_BYTES // last.nbytes)
+            for start in range(written, n_out, step):
+                end = min(n_out, start + step)
+                yield end, np.repeat(last, end - start, axis=0)
+    finally:
+        close = getattr(it, "close", None)  # a generator: run its clean-up now, not at garbage collection
+        if close is not None:
+            close()
+
+
 def _unlink(path: Path) -> None:
     try:
         path.unlink()
@@ -294,7 +417,7 @@ def _unlink(path: Path) -> None:
 
 
 def mux_video(
-    frames: np.ndarray,
+    frames: np.ndarray | FrameStream,
     audio: np.ndarray | None,
     sample_rate: int,
     fps: float,
@@ -311,6 +434,9 @@ def mux_video(
     should_stop: Callable[[], bool] | None = None,
 ) -> MuxReport:
     """Encode `frames` ([N,H,W,3] uint8 or float 0..1) and `audio` (mono [T] or [C,T] float) to `out_path`.
+
+    `frames` may also be a FrameStream (chunks produced while ffmpeg encodes; rgb24 or yuv420p).
+    yuv420p input is encoded as it is (no conversion), tagged BT.709 limited range like the RGB path.
 
     fmt "mp4" = H.264 yuv420p + AAC + faststart (plays in every browser); "webm" = VP9 + Opus.
     crf: None = 18 for H.264 (0-51) / 31 for VP9 (0-63); lower is better quality and larger.
@@ -337,7 +463,15 @@ def mux_video(
     if fmt == "webm" and preset is not None and preset not in tuple(str(i) for i in range(9)):
         raise ValueError(f"preset for webm is VP9 cpu-used '0'..'8', got {preset!r}.")
     rate = fps_to_rational(fps)
-    arr = _check_frames(frames)
+    stream = frames if isinstance(frames, FrameStream) else None
+    if stream is not None:
+        _check_stream(stream)
+        n, h, w = int(stream.count), int(stream.height), int(stream.width)
+        in_pix_fmt = stream.pix_fmt
+    else:
+        arr = _check_frames(frames)
+        n, h, w, _ = arr.shape
+        in_pix_fmt = "rgb24"
     wave = _check_audio(audio, sample_rate)
 
     out = Path(out_path)
@@ -352,7 +486,6 @@ def mux_video(
     except OSError as exc:
         raise MuxError(f"cannot create the output folder '{out.parent}': {exc}") from exc
 
-    n, h, w, _ = arr.shape
     pad_w, pad_h, padding = _pad_spec(w, h, pad_mode)
     notes: list[str] = []
     if wave is not None:
@@ -372,11 +505,17 @@ def mux_video(
     partial = out.with_name(f"{out.stem}.partial-{token}{codec.ext}")
     wav_tmp = out.with_name(f"{out.stem}.partial-{token}.wav")
     cmd = [*base_args(), "-y", "-loglevel", "error",
-           "-f", "rawvideo", "-pix_fmt", "rgb24", "-video_size", f"{w + pad_w}x{h + pad_h}",
-           "-framerate", f"{rate.numerator}/{rate.denominator}", "-i", "pipe:0"]
+           "-f", "rawvideo", "-pix_fmt", in_pix_fmt, "-video_size", f"{w + pad_w}x{h + pad_h}",
+           "-framerate", f"{rate.numerator}/{rate.denominator}"]
+    if in_pix_fmt == "yuv420p":
+        # Tag the raw YUV's matrix and range: untagged, ffmpeg converts it to the output's range
+        # (measured: values changed by up to 110) instead of passing it through. Primaries/transfer
+        # stay untagged, as the RGB path's `scale` output is, so both write the same H.264 stream.
+        cmd += ["-colorspace", "bt709", "-color_range", "tv"]
+    cmd += ["-i", "pipe:0"]
     if wave is not None:
         cmd += ["-i", str(wav_tmp), "-map", "0:v:0", "-map", "1:a:0"]
-    cmd += _video_args(fmt, int(crf), preset)
+    cmd += _video_args(fmt, int(crf), preset, convert=in_pix_fmt == "rgb24")
     if wave is not None:
         cmd += _audio_args(fmt, int(sample_rate), wave.shape[0], audio_bitrate)
     cmd += [*map(str, extra_args), "-f", codec.muxer, str(partial)]
@@ -385,6 +524,8 @@ def mux_video(
     proc: subprocess.Popen | None = None
     err: list[bytes] = []
     drain: threading.Thread | None = None
+    chunks: Iterator[tuple[int, np.ndarray]] | None = None
+    raised_by_stream: list[BaseException] = []  # the producer's own errors propagate unchanged
     done = 0
     try:
         if wave is not None:
@@ -396,7 +537,11 @@ def mux_video(
                                 stderr=subprocess.PIPE, bufsize=0)
         drain = threading.Thread(target=drain_stderr, args=(proc.stderr, err), daemon=True)
         drain.start()
-        for done_now, chunk in _frame_chunks(arr, n_out, pad_w, pad_h, pad_mode):
+        if stream is not None:
+            chunks = _stream_chunks(stream, n_out, pad_w, pad_h, pad_mode, raised_by_stream)
+        else:
+            chunks = _frame_chunks(arr, n_out, pad_w, pad_h, pad_mode)
+        for done_now, chunk in chunks:
             if should_stop is not None and should_stop():
                 raise MuxInterrupted(
                     f"video mux interrupted after {done}/{n_out} frames; no file was written."
@@ -431,6 +576,11 @@ def mux_video(
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+        if chunks is not None:
+            try:  # a FrameStream's generator is closed now, so its own clean-up runs
+                chunks.close()
+            except Exception:
+                pass  # the error that got us here is the one to report
         if proc is not None and proc.stdin and not proc.stdin.closed:
             try:
                 proc.stdin.close()
@@ -438,7 +588,7 @@ def mux_video(
                 pass
         _unlink(partial)
         _unlink(wav_tmp)
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and not any(exc is e for e in raised_by_stream):
             raise MuxError(
                 f"could not write '{out}': {exc}. Check that the folder is writable and has free space."
             ) from exc

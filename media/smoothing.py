@@ -229,6 +229,29 @@ def detect_scene_cuts(frames: np.ndarray, threshold: float = 0.08) -> list[int]:
     return [int(t) + 1 for t in np.nonzero(diffs > threshold)[0]]
 
 
+def _noise_pairs(n: int, cuts: Sequence[int] | None, samples: int) -> list[int]:
+    """Frames t (paired with t - 1, never across a cut) that estimate_pixel_noise looks at."""
+    cut_set = set(cuts or [])
+    candidates = [t for t in range(1, n) if t not in cut_set]
+    if not candidates:
+        return []
+    return [candidates[int(i)] for i in np.linspace(0, len(candidates) - 1, min(samples, len(candidates)))]
+
+
+def _noise_from_pairs(pairs: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> float:
+    vals = []
+    for prev, cur, mask in pairs:
+        d = np.abs(np.asarray(cur, np.float32) - np.asarray(prev, np.float32)).mean(axis=-1)
+        if mask is not None:
+            d = d[np.asarray(mask) > 0.5]
+        if d.size:
+            vals.append(d.ravel())
+    if not vals:
+        return 0.0
+    # |difference of two noisy samples| has median 0.6745*sqrt(2)*sigma
+    return float(np.median(np.concatenate(vals)) * _MAD_TO_SIGMA / math.sqrt(2.0))
+
+
 def estimate_pixel_noise(frames: np.ndarray, mask: np.ndarray | None = None, cuts: list[int] | None = None,
                          samples: int = 8) -> float:
     """Flicker sigma (0..1 units) from the median |frame difference| over a few frame pairs.
@@ -236,26 +259,9 @@ def estimate_pixel_noise(frames: np.ndarray, mask: np.ndarray | None = None, cut
     Most pixels of a talking head are still between two frames, so the median change is noise;
     moving pixels can only raise the estimate, which makes the filter smooth less, never blur more.
     """
-    n = len(frames)
-    if n < 2:
-        return 0.0
-    cut_set = set(cuts or [])
-    candidates = [t for t in range(1, n) if t not in cut_set]
-    if not candidates:
-        return 0.0
-    picks = [candidates[int(i)] for i in np.linspace(0, len(candidates) - 1, min(samples, len(candidates)))]
-    vals = []
-    for t in picks:
-        d = np.abs(np.asarray(frames[t], np.float32) - np.asarray(frames[t - 1], np.float32)).mean(axis=-1)
-        if mask is not None:
-            m = np.asarray(mask[t] if mask.ndim == 3 else mask) > 0.5
-            d = d[m]
-        if d.size:
-            vals.append(d.ravel())
-    if not vals:
-        return 0.0
-    # |difference of two noisy samples| has median 0.6745*sqrt(2)*sigma
-    return float(np.median(np.concatenate(vals)) * _MAD_TO_SIGMA / math.sqrt(2.0))
+    picks = _noise_pairs(len(frames), cuts, samples)
+    return _noise_from_pairs([(frames[t - 1], frames[t], None if mask is None else (mask[t] if mask.ndim == 3 else mask))
+                              for t in picks])
 
 
 def _mask_box(mask: np.ndarray, h: int, w: int) -> tuple[slice, slice]:
@@ -411,14 +417,21 @@ def smooth_frames(
 
 def _filter_torch(box: np.ndarray, mask: np.ndarray | None, cuts: set[int], dt: float, causal: bool,
                   params: dict, device: str, progress: Callable[[int, int], None] | None) -> np.ndarray:
-    """smooth_frames' forward/backward passes over the box [N, h, w, 3] in torch on `device`, step for
-    step the numpy code's float32 arithmetic (parity is tested on the CPU)."""
+    """smooth_frames' forward/backward passes over the box [N, h, w, 3] in torch on `device` (one
+    transfer each way)."""
     import torch
 
-    n = len(box)
     x = torch.from_numpy(np.ascontiguousarray(box, np.float32)).to(device)
-    m = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask, np.float32)).to(device)[..., None]
-    out = x.clone()
+    m = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask, np.float32)).to(device)
+    return _filter_tensor(x, m, cuts, dt, causal, params, progress).cpu().numpy()
+
+
+def _filter_tensor(x, m, cuts: set[int], dt: float, causal: bool, params: dict,
+                   progress: Callable[[int, int], None] | None):
+    """The forward/backward passes on a torch tensor x [N, h, w, 3] (mask m [N, h, w] / [h, w] or
+    None), in place; step for step the numpy code's float32 arithmetic (parity is tested on the CPU)."""
+    n = len(x)
+    m = None if m is None else m[..., None]
     two_pi_dt = 2.0 * math.pi * dt
 
     def step(state, cur, mt):
@@ -441,17 +454,67 @@ def _filter_torch(box: np.ndarray, mask: np.ndarray | None, cuts: set[int], dt: 
     state = x[0].clone()
     for t in range(1, n):
         state = x[t].clone() if t in cuts else step(state, x[t], mask_at(t))
-        out[t] = state
+        x[t] = state
         if progress is not None and (t % 16 == 0 or t == n - 1):
             progress(t + 1, total)
     if not causal:
-        state = out[n - 1].clone()
+        state = x[n - 1].clone()
         for t in range(n - 2, -1, -1):
-            state = out[t].clone() if (t + 1) in cuts else step(state, out[t], mask_at(t))
-            out[t] = state
+            state = x[t].clone() if (t + 1) in cuts else step(state, x[t], mask_at(t))
+            x[t] = state
             if progress is not None and (t % 16 == 0 or t == 0):
                 progress(2 * n - t, total)
-    return out.cpu().numpy()
+    return x
+
+
+def smooth_frames_tensor(x, mask=None, method: str = "one_euro", strength: float = 0.5, fps: float = 25.0,
+                         scene_cut_threshold: float = 0.08, *, causal: bool = False,
+                         noise_level: float | None = None, progress: Callable[[int, int], None] | None = None):
+    """smooth_frames on a torch tensor x [N, H, W, 3] float 0..1, in place, on x's device (the
+    headless video path keeps generated frames on the GPU). mask: tensor [N, H, W] / [H, W] or None.
+    Scene cuts and the noise level are measured like smooth_frames does, on small CPU copies."""
+    import torch
+
+    _check_method_strength(method, strength, fps)
+    if x.dim() != 4 or x.shape[-1] != 3 or len(x) == 0 or not x.is_floating_point():
+        raise ValueError(f"x must be a float tensor [N, H, W, 3] with N >= 1, got {tuple(x.shape)} {x.dtype}.")
+    n, h, w, _ = x.shape
+    if mask is not None and tuple(mask.shape) not in ((n, h, w), (h, w)):
+        raise ValueError(f"mask must be [N, H, W] or [H, W] matching x {tuple(x.shape[:3])}, got {tuple(mask.shape)}.")
+    if method == "none" or strength == 0.0 or n < 2:
+        return x
+    if mask is None:
+        ys, xs = slice(0, h), slice(0, w)
+    else:
+        support = (mask if mask.dim() == 2 else mask.amax(dim=0)) > 0
+        rows, cols = torch.nonzero(support.any(dim=1)).flatten(), torch.nonzero(support.any(dim=0)).flatten()
+        if rows.numel() == 0:
+            return x
+        ys, xs = slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1)
+    # the same strided grid detect_scene_cuts uses, copied to the CPU (1/16 of the pixels)
+    cuts: set[int] = set()
+    if scene_cut_threshold > 0:
+        diffs = frame_differences(x[:, ::4, ::4].float().cpu().numpy(), stride=1)
+        cuts = {int(t) + 1 for t in np.nonzero(diffs > scene_cut_threshold)[0]}
+    sub = x[:, ys, xs]
+    sub_mask = None if mask is None else (mask[:, ys, xs] if mask.dim() == 3 else mask[ys, xs])
+    params: dict = {"method": method}
+    if method == "ema":
+        params["a_fixed"] = np.float32(_ema_alpha(strength))
+    else:
+        sigma = noise_level
+        if sigma is None:
+            picks = _noise_pairs(n, sorted(cuts), 8)
+            pairs = [(sub[t - 1].cpu().numpy(), sub[t].cpu().numpy(),
+                      None if sub_mask is None else (sub_mask[t] if sub_mask.dim() == 3 else sub_mask).cpu().numpy())
+                     for t in picks]
+            sigma = _noise_from_pairs(pairs)
+        params["sigma"] = max(float(sigma), 0.25 / 255.0)
+        params["min_cut"] = _min_cutoff(strength, fps)
+    box = sub.contiguous()
+    _filter_tensor(box, None if sub_mask is None else sub_mask.float(), cuts, 1.0 / fps, causal, params, progress)
+    x[:, ys, xs] = box
+    return x
 
 
 # ----------------------------------------------------------------------------------------------

@@ -241,3 +241,28 @@ def test_torch_filter_matches_numpy(method, per_frame_mask):
     outside = (mask if mask.ndim == 3 else np.broadcast_to(mask, frames.shape[:3])) == 0
     np.testing.assert_array_equal(got[outside], frames[outside])
     assert calls[-1] == (48, 48)
+
+
+@pytest.mark.parametrize("per_frame_mask", [False, True])
+def test_tensor_smoothing_matches_smooth_frames(per_frame_mask):
+    """smooth_frames_tensor (the headless video path, frames kept on the device) measures cuts and
+    noise like smooth_frames and filters in place: same output within float32 rounding."""
+    import torch
+
+    from digital_human.media.smoothing import smooth_frames_tensor
+
+    rng = np.random.default_rng(6)
+    frames = np.clip(0.5 + 0.04 * rng.standard_normal((24, 44, 36, 3)), 0, 1).astype(np.float32)
+    frames[12:] += 0.3  # a scene cut at frame 12
+    frames = np.clip(frames, 0, 1)
+    mask = np.zeros((24, 44, 36) if per_frame_mask else (44, 36), np.float32)
+    mask[..., 6:38, 5:30] = 1.0
+    mask[..., 6:9, 5:30] = 0.5
+    ref = smooth_frames(frames, mask, strength=0.8, fps=25.0)
+    x = torch.from_numpy(frames.copy())
+    got = smooth_frames_tensor(x, torch.from_numpy(mask), strength=0.8, fps=25.0)
+    assert got is x  # in place
+    np.testing.assert_allclose(got.numpy(), ref, atol=2e-6, rtol=0)
+    assert np.abs(ref - frames).max() > 1e-3
+    with pytest.raises(ValueError, match="mask must be"):
+        smooth_frames_tensor(torch.zeros(3, 8, 8, 3), torch.zeros(8, 9))

@@ -198,3 +198,45 @@ def paste_back_batch(frames: np.ndarray, crops: np.ndarray, affines: np.ndarray,
         if progress is not None:
             progress(stop, n)
     return out
+
+
+def frame_space_masks(crop_landmarks: np.ndarray, inverse_affines: np.ndarray, crop_size: int, height: int,
+                      width: int) -> tuple[np.ndarray, tuple[slice, slice]]:
+    """TemporalSmooth's lower-face masks (default jaw margin) warped from crop space into frame space,
+    only over the frame box they can cover (a 512-px video's masks are mostly zeros; whole-frame
+    float masks of a minute of video would cost gigabytes). Returns (masks, (rows, cols)): masks [h, w] when every frame shares one
+    (a photo held for N frames), else [N, h, w]. Identical (landmarks, transform) pairs are warped once."""
+    landmarks = np.ascontiguousarray(np.asarray(crop_landmarks)[..., :2], np.float32)
+    inverse = np.ascontiguousarray(inverse_affines, np.float64)
+    unique_id: dict[bytes, int] = {}
+    firsts: list[int] = []  # unique id -> its first frame
+    which = np.empty(len(landmarks), np.int64)
+    for i in range(len(landmarks)):
+        key = landmarks[i].tobytes() + inverse[i].tobytes()
+        if key not in unique_id:
+            unique_id[key] = len(firsts)
+            firsts.append(i)
+        which[i] = unique_id[key]
+    crop_masks = lower_face_masks(landmarks[firsts], crop_size).astype(np.float32)
+    # frame box: the union of each mask's support corners mapped into the frame (+1 px for bilinear spill)
+    corners = []
+    for crop_mask, inv in zip(crop_masks, inverse[firsts]):
+        rows, cols = np.flatnonzero(crop_mask.any(axis=1)), np.flatnonzero(crop_mask.any(axis=0))
+        if rows.size:
+            box = np.array([[cols[0], rows[0]], [cols[-1] + 1, rows[0]], [cols[0], rows[-1] + 1],
+                            [cols[-1] + 1, rows[-1] + 1]], np.float64)
+            corners.append(box @ inv[:, :2].T + inv[:, 2])
+    if not corners:
+        return np.zeros((0, 0), np.float32), (slice(0, 0), slice(0, 0))
+    pts = np.concatenate(corners)
+    x0, y0 = (max(0, int(np.floor(v)) - 1) for v in pts.min(axis=0))
+    x1, y1 = min(width, int(np.ceil(pts[:, 0].max())) + 2), min(height, int(np.ceil(pts[:, 1].max())) + 2)
+    if x1 <= x0 or y1 <= y0:
+        return np.zeros((0, 0), np.float32), (slice(0, 0), slice(0, 0))
+    unique = np.empty((len(firsts), y1 - y0, x1 - x0), np.float32)
+    for u, (crop_mask, inv) in enumerate(zip(crop_masks, inverse[firsts])):
+        shifted = inv.copy()
+        shifted[:, 2] -= (x0, y0)  # warp straight into the box
+        unique[u] = warp_image(crop_mask, shifted, x1 - x0, y1 - y0, border="zero")
+    masks = unique[0] if len(unique) == 1 else unique[which]
+    return masks, (slice(y0, y1), slice(x0, x1))

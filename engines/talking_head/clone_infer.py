@@ -9,7 +9,6 @@ runs through the engine loader (TensorRT / torch CUDA FP16 / ONNX Runtime) in ba
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -20,8 +19,8 @@ from .audio_features import windows_for_frames
 from .avatar_store import AvatarInfo, load_avatar
 from .clone_model import (GeneratorConfig, batch_for_free_memory, crops_to_regions, generator_spec,
                           regions_into_crops)
-from .driver import (TalkingHeadResult, frame_schedule, output_frame_count, render_frames, schedule_track,
-                     validate_audio, validate_track)
+from .driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
+                     phase_progress, validate_audio, validate_track)
 from .train_avatar import crops_at_size
 
 MODEL_NAME = "clone"
@@ -81,15 +80,12 @@ def generate_regions(runner, sources: np.ndarray, references: np.ndarray, window
     return out
 
 
-def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, sample_rate: int,
-                  fps: float | None = None, *, loop_mode: str = "ping-pong", batch_size: int = 32,
-                  backend: str = "auto", precision: str = "auto", reference: str = "neutral",
-                  max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
-    """Animate `track` (DH_FACES, photo or video of the avatar's person) with `audio`.
-
-    reference: "neutral" = the avatar's stored neutral frame (default), "frame" = each scheduled
-    frame's own crop (keeps that frame's lighting, but shows its mouth to the generator)."""
+def clone_crops(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, sample_rate: int,
+                fps: float | None = None, *, loop_mode: str = "ping-pong", batch_size: int = 32,
+                backend: str = "auto", precision: str = "auto", reference: str = "neutral",
+                max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> GeneratedCrops:
+    """The generator's crops for every output frame (no paste-back yet); arguments as animate_clone."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     info = load_avatar(avatar) if isinstance(avatar, str) else avatar
@@ -105,7 +101,6 @@ def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray,
     fps = float(fps) if fps and fps > 0 else float(track.fps)
     n_out = output_frame_count(len(wave) / float(sample_rate), fps)
     idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
-    sched = schedule_track(track, idx, fps)
     windows = windows_for_frames(wave, int(sample_rate), fps, n_out, info.mel_config)
     crops_a, _ = crops_at_size(track, config.crop_size)  # per reference frame, not per output frame
     sources = crops_to_regions(crops_a, config)[idx]
@@ -120,41 +115,47 @@ def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray,
     timings["load"] = time.perf_counter() - t1
     batch_size = resolve_batch_size(batch_size, runner, config)
     t2 = time.perf_counter()
-    regions = generate_regions(runner, sources, refs, windows, batch_size, should_stop)
+    regions = generate_regions(runner, sources, refs, windows, batch_size, should_stop, progress)
     timings["generate"] = time.perf_counter() - t2
 
     t3 = time.perf_counter()
     size = track.crop_size
     crop_lms = track.crop_landmarks()
-    masks_by_ref = {int(r): lower_face_mask(crop_lms[int(r)], size, jaw_margin=MASK_JAW_MARGIN) for r in np.unique(idx)}
+    masks = {int(r): lower_face_mask(crop_lms[int(r)], size, jaw_margin=MASK_JAW_MARGIN) for r in np.unique(idx)}
     crops = np.empty((n_out, size, size, 3), np.uint8)
-    frames = np.empty_like(sched.frames)
     warnings: list[str] = []
     if config.crop_size != size:
         warnings.append(f"avatar was trained at {config.crop_size}px crops, the faces are {size}px: generated at "
                         f"{config.crop_size}px and resized")
     for start in range(0, n_out, batch_size):
-        if should_stop is not None and should_stop():
-            raise InterruptedError(f"clone talking head interrupted after {start} of {n_out} frames")
         stop = min(start + batch_size, n_out)
-        src_idx = idx[start:stop]
-        gen = regions_into_crops(crops_a[src_idx], regions[start:stop], config)
+        gen = regions_into_crops(crops_a[idx[start:stop]], regions[start:stop], config)
         if config.crop_size != size:
             gen = np.stack([_resize(g, size) for g in gen])
         crops[start:stop] = gen
-        batch = schedule_track(sched, np.arange(start, stop))
-        frames[start:stop] = render_frames(batch, gen, np.stack([masks_by_ref[int(r)] for r in src_idx]))
-        if progress is not None:
-            progress(stop, n_out)
-    timings["paste"] = time.perf_counter() - t3
-    timings["total"] = time.perf_counter() - t0
+    timings["crops"] = time.perf_counter() - t3
     if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
         warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
                         f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
-    out_track = replace(sched, frames=frames, crops=crops, warnings=list(sched.warnings) + warnings)
-    return TalkingHeadResult(frames=frames, track=out_track, model=MODEL_NAME,
-                             backend=f"{runner.backend} {runner.precision}", timings=timings,
-                             warnings=warnings, frames_generated=n_out)
+    return GeneratedCrops(track=track, idx=idx, fps=fps, crops=crops, masks=masks, model=MODEL_NAME,
+                          backend=f"{runner.backend} {runner.precision}", timings=timings, warnings=warnings)
+
+
+def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, sample_rate: int,
+                  fps: float | None = None, *, loop_mode: str = "ping-pong", batch_size: int = 32,
+                  backend: str = "auto", precision: str = "auto", reference: str = "neutral",
+                  max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
+    """Animate `track` (DH_FACES, photo or video of the avatar's person) with `audio`.
+
+    reference: "neutral" = the avatar's stored neutral frame (default), "frame" = each scheduled
+    frame's own crop (keeps that frame's lighting, but shows its mouth to the generator).
+    progress(done, total) runs over generation then paste-back."""
+    gen = clone_crops(avatar, track, audio, sample_rate, fps, loop_mode=loop_mode, batch_size=batch_size,
+                      backend=backend, precision=precision, reference=reference,
+                      max_audio_seconds=max_audio_seconds, progress=phase_progress(progress, 0),
+                      should_stop=should_stop)
+    return paste_generated(gen, max(batch_size, 32), phase_progress(progress, 1), should_stop)
 
 
 def clone_masks(track: FaceTrack, idx: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ reference frame through the inverse of its affine and a feathered lower-face mas
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -39,6 +40,69 @@ class TalkingHeadResult:
         t = ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items())
         lines = [f"{self.model} ({self.backend}): {self.frames_generated}/{len(self.frames)} frames generated; {t}"]
         return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+
+
+@dataclass
+class GeneratedCrops:
+    """A model's work before paste-back: one generated crop per output frame, plus what pasting it
+    needs. The node path pastes on the CPU (`paste_generated`); the headless video path
+    (render_video) pastes on the GPU straight into the encoder's frames."""
+    track: FaceTrack                  # the reference faces (DH_FACES input)
+    idx: np.ndarray                   # int64 [M] reference frame of each output frame
+    fps: float                        # output clock
+    crops: np.ndarray                 # uint8 [M, S, S, 3] generated crops at track.crop_size
+    masks: dict[int, np.ndarray]      # crop-space paste mask [S, S] per reference frame used
+    model: str
+    backend: str
+    landmarks: np.ndarray | None = None  # [M, 468, 3] source-px landmarks of the output; None = the reference's
+    timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def mask_stack(self, start: int, stop: int) -> np.ndarray:
+        return np.stack([self.masks[int(r)] for r in self.idx[start:stop]])
+
+    def output_track(self, frames: np.ndarray | None = None) -> FaceTrack:
+        """The DH_FACES of the output (scheduled reference arrays, generated crops, output landmarks);
+        `frames` None = the scheduled reference frames (a copy)."""
+        sched = schedule_track(self.track, self.idx, self.fps) if frames is None else replace(
+            self.track, frames=frames, fps=self.fps, found=self.track.found[self.idx],
+            boxes=self.track.boxes[self.idx], landmarks=self.track.landmarks[self.idx],
+            affines=self.track.affines[self.idx], presence=self.track.presence[self.idx],
+            crops=self.track.crops[self.idx], warnings=list(self.track.warnings), scene_cuts=[],
+            interpolated_count=int(np.count_nonzero(~self.track.found[self.idx])))
+        lms = sched.landmarks if self.landmarks is None else np.asarray(self.landmarks, np.float32)
+        return replace(sched, crops=self.crops, landmarks=lms, warnings=list(sched.warnings) + self.warnings)
+
+
+def paste_generated(gen: GeneratedCrops, batch_size: int = 32, progress: Callable[[int, int], None] | None = None,
+                    should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
+    """Paste every generated crop into a copy of its reference frame on the CPU (frames on threads)."""
+    t0 = time.perf_counter()
+    n = len(gen)
+    frames = gen.track.frames[gen.idx]  # the output, pasted in place batch by batch
+    affines = gen.track.affines[gen.idx]
+    for start in range(0, n, max(1, batch_size)):
+        if should_stop is not None and should_stop():
+            raise InterruptedError(f"{gen.model} talking head interrupted after {start} of {n} frames (pasting)")
+        stop = min(start + batch_size, n)
+        frames[start:stop] = paste_back_batch(frames[start:stop], gen.crops[start:stop], affines[start:stop],
+                                              gen.mask_stack(start, stop))
+        if progress is not None:
+            progress(stop, n)
+    timings = dict(gen.timings, paste=time.perf_counter() - t0)
+    timings["total"] = sum(v for k, v in timings.items() if k != "total")
+    return TalkingHeadResult(frames=frames, track=gen.output_track(frames), model=gen.model, backend=gen.backend,
+                             timings=timings, warnings=list(gen.warnings), frames_generated=n)
+
+
+def phase_progress(progress: Callable[[int, int], None] | None, phase: int, phases: int = 2):
+    """progress(done, n) of one phase of `phases` equal phases -> the caller's progress over all of them."""
+    if progress is None:
+        return None
+    return lambda done, n: progress(phase * n + done, phases * n)
 
 
 # --- clock ---------------------------------------------------------------------------------------

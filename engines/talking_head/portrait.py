@@ -7,7 +7,6 @@ lower-face mask region of each frame changes; a video keeps its own head motion 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -16,8 +15,8 @@ from ...vision import align as _align
 from ...vision.faces import apply_affines, invert_affines
 from ...parallel import for_each_frame
 from ...vision.paste import lower_face_mask
-from .driver import (TalkingHeadResult, frame_schedule, output_frame_count, render_frames, schedule_track,
-                     validate_audio, validate_track)
+from .driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
+                     phase_progress, validate_audio, validate_track)
 from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, render_mouth
 from .speech_drive import mouth_params
 
@@ -31,16 +30,11 @@ def _backend_name() -> str:
     return "numpy+opencv" if _align._cv2 is not None else "numpy"
 
 
-def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
-                     loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
-                     batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
-                     should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
-    """Animate `track` (DH_FACES) with `audio` (mono float32 [T], or [C, T] / [B, C, T]).
-
-    fps: output frame rate (None/0 = the track's own). Output frames = ceil(audio seconds x fps).
-    loop_mode: how a video reference covers audio longer than itself ("loop", "ping-pong", "hold").
-    strength: mouth-motion amplitude (1 = default). batch_size: frames per progress step.
-    progress(done, total) after each batch; should_stop() -> True aborts with InterruptedError."""
+def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
+                   loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
+                   batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
+                   should_stop: Callable[[], bool] | None = None) -> GeneratedCrops:
+    """The re-posed crop of every output frame (no paste-back yet); arguments as animate_portrait."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     validate_track(track)
@@ -52,7 +46,6 @@ def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | No
     fps = float(fps) if fps and fps > 0 else float(track.fps)
     n_out = output_frame_count(len(wave) / float(sample_rate), fps)
     idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
-    sched = schedule_track(track, idx, fps)
     params = mouth_params(wave, int(sample_rate), fps, n_out).scaled(strength)
     timings["drive"] = time.perf_counter() - t0
 
@@ -65,20 +58,18 @@ def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | No
         warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
                         f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
 
+    t1 = time.perf_counter()
     size = track.crop_size
     crop_lms = track.crop_landmarks()
     geoms: dict[int, MouthGeometry] = {}
     masks: dict[int, np.ndarray] = {}
     crops = np.empty((n_out, size, size, 3), np.uint8)
-    lms_out = sched.landmarks.copy()
-    frames = np.empty_like(sched.frames)
-    t_render = t_paste = 0.0
-    inv = invert_affines(sched.affines)
+    lms_out = track.landmarks[idx].copy()
+    inv = invert_affines(track.affines[idx])
     for start in range(0, n_out, batch_size):
         if should_stop is not None and should_stop():
             raise InterruptedError(f"talking head interrupted after {start} of {n_out} frames")
         stop = min(start + batch_size, n_out)
-        t1 = time.perf_counter()
         for r in np.unique(idx[start:stop]):  # per reference frame, before the threads read them
             r = int(r)
             if r not in geoms:
@@ -93,18 +84,29 @@ def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | No
             lms_out[i, :, :2] = apply_affines(drive_landmarks(geoms[r], crop_lms[r], pose), inv[i])
 
         for_each_frame(render_one, start, stop)
-        t2 = time.perf_counter()
-        batch = schedule_track(sched, np.arange(start, stop))
-        frames[start:stop] = render_frames(batch, crops[start:stop], np.stack([masks[int(r)] for r in idx[start:stop]]))
-        t_render += t2 - t1
-        t_paste += time.perf_counter() - t2
         if progress is not None:
             progress(stop, n_out)
-    timings.update(render=t_render, paste=t_paste, total=time.perf_counter() - t0)
-    out_track = replace(sched, frames=frames, crops=crops, landmarks=lms_out.astype(np.float32),
-                        warnings=list(sched.warnings) + warnings)
-    return TalkingHeadResult(frames=frames, track=out_track, model=MODEL_NAME, backend=_backend_name(),
-                             timings=timings, warnings=warnings, frames_generated=n_out)
+    timings["render"] = time.perf_counter() - t1
+    return GeneratedCrops(track=track, idx=idx, fps=fps, crops=crops, masks=masks, model=MODEL_NAME,
+                          backend=_backend_name(), landmarks=lms_out.astype(np.float32), timings=timings,
+                          warnings=warnings)
+
+
+def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
+                     loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
+                     batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
+    """Animate `track` (DH_FACES) with `audio` (mono float32 [T], or [C, T] / [B, C, T]).
+
+    fps: output frame rate (None/0 = the track's own). Output frames = ceil(audio seconds x fps).
+    loop_mode: how a video reference covers audio longer than itself ("loop", "ping-pong", "hold").
+    strength: mouth-motion amplitude (1 = default). batch_size: frames per progress step.
+    progress(done, total) after each batch, over rendering then paste-back; should_stop() -> True
+    aborts with InterruptedError."""
+    gen = portrait_crops(track, audio, sample_rate, fps, loop_mode=loop_mode, max_audio_seconds=max_audio_seconds,
+                         strength=strength, batch_size=batch_size, progress=phase_progress(progress, 0),
+                         should_stop=should_stop)
+    return paste_generated(gen, batch_size, phase_progress(progress, 1), should_stop)
 
 
 def portrait_masks(track, idx: np.ndarray) -> np.ndarray:
