@@ -3,6 +3,8 @@ TRT_TalkingHead's CPU paste-back -> TemporalSmooth -> image_to_uint8 -> VideoMux
 speech from the sample data; torch on the CPU runs the same code a GPU would."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -56,10 +58,12 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
 
 
-@pytest.mark.parametrize("strength", [0.0, 0.5])
-def test_photo_frames_match_the_node_path(photo_track, speech, strength):
+@pytest.mark.parametrize("strength,shift", [(0.0, 0), (0.5, 0), (0.5, 30)])
+def test_photo_frames_match_the_node_path(photo_track, speech, strength, shift):
     wave, sr = speech
     gen = portrait_crops(photo_track, wave, sr, 25.0)
+    if shift:  # crops whose colours differ from the frame's (a generator's): pasted as they are, no colour match
+        gen = replace(gen, crops=np.clip(gen.crops.astype(int) + shift, 0, 255).astype(np.uint8))
     expected, got = _node_path(gen, strength), _headless(gen, strength)
     assert got.shape == expected.shape == (50, *photo_track.frames.shape[1:])
     diff = np.abs(got.astype(int) - expected.astype(int))

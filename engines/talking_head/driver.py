@@ -88,8 +88,10 @@ def paste_generated(gen: GeneratedCrops, batch_size: int = 32, progress: Callabl
         if should_stop is not None and should_stop():
             raise InterruptedError(f"{gen.model} talking head interrupted after {start} of {n} frames (pasting)")
         stop = min(start + batch_size, n)
+        # no colour matching: the models keep the reference's colours themselves (and the headless
+        # path's GPU paste-back does the same blend)
         frames[start:stop] = paste_back_batch(frames[start:stop], gen.crops[start:stop], affines[start:stop],
-                                              gen.mask_stack(start, stop))
+                                              gen.mask_stack(start, stop), color_match=False, keep_detail=False)
         if progress is not None:
             progress(stop, n)
     timings = dict(gen.timings, paste=time.perf_counter() - t0)
