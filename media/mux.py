@@ -588,7 +588,9 @@ def mux_video(
                 pass
         _unlink(partial)
         _unlink(wav_tmp)
-        if isinstance(exc, OSError) and not any(exc is e for e in raised_by_stream):
+        # InterruptedError is an OSError too, but a caller's interruption (e.g. from `progress`), not a disk problem
+        if (isinstance(exc, OSError) and not isinstance(exc, InterruptedError)
+                and not any(exc is e for e in raised_by_stream)):
             raise MuxError(
                 f"could not write '{out}': {exc}. Check that the folder is writable and has free space."
             ) from exc

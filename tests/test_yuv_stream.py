@@ -216,3 +216,15 @@ def test_odd_yuv420p_size_is_refused(tmp_path):
     with pytest.raises(ValueError, match="pix_fmt"):
         mux_video(FrameStream(2, 8, 8, "nv12", iter([])), None, SR, 25.0, tmp_path / "o.mp4")
     assert _leftovers(tmp_path) == []
+
+
+def test_interruption_from_progress_propagates_unchanged(tmp_path):
+    """InterruptedError is an OSError subclass; mux must not report it as an unwritable folder."""
+    frames = np.zeros((8, 16, 16, 3), np.uint8)
+
+    def stop(done: int, total: int) -> None:
+        raise InterruptedError("stopped by the user")
+
+    with pytest.raises(InterruptedError, match="stopped by the user"):
+        mux_video(frames, None, 16000, 25.0, tmp_path / "x.mp4", progress=stop)
+    assert list(tmp_path.iterdir()) == []
