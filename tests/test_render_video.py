@@ -136,3 +136,26 @@ def test_cli_animate_headless_and_nodes(tmp_path, data_dir, speech, setup_models
         report = json.loads(proc.stdout.strip().splitlines()[-1])
         assert report["frames"] == 25 and abs(report["video_seconds"] - 1.0) < 0.05
         assert ("video" in report["timings"]) == (render == "headless")
+
+
+def test_prefetch_thread_hands_on_items_and_errors_in_order():
+    import itertools
+    import time
+
+    from digital_human.engines.talking_head.render_video import _prefetched
+
+    def items():
+        yield 1
+        yield 2
+        raise RuntimeError("chunk 3 failed")
+
+    got = []
+    with pytest.raises(RuntimeError, match="chunk 3 failed"):
+        for item in _prefetched(items()):
+            got.append(item)
+    assert got == [1, 2]
+    endless = _prefetched(itertools.count())  # the consumer stops early: the worker must not hang
+    assert next(endless) == 0
+    start = time.perf_counter()
+    endless.close()
+    assert time.perf_counter() - start < 5.0

@@ -68,21 +68,25 @@ def _prefetched(chunks: Iterator, depth: int = 2) -> Iterator:
     stop = threading.Event()
     done = object()
 
+    def put(item) -> bool:
+        """Queue `item` unless the consumer has gone (then never block: nobody will take it)."""
+        while not stop.is_set():
+            try:
+                box.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def work() -> None:
         try:
             for item in chunks:
-                while not stop.is_set():
-                    try:
-                        box.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put(item):
                     return
         except BaseException as exc:  # handed to the consumer, raised there
-            box.put(exc)
+            put(exc)
             return
-        box.put(done)
+        put(done)
 
     thread = threading.Thread(target=work, name="dh-video-chunks", daemon=True)
     thread.start()
