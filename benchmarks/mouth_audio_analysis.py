@@ -6,7 +6,11 @@ No images and no generator: FaceAlign's landmarks of the talking clips and their
      distance vs baseline (a) (01a's neutral frame's mouth pasted on every 01b frame);
   2. ridge regression from pooled log-mel windows to the mouth opening, trained on 01a, tested on 01b:
      correlation, R^2 on the raw opening, R^2 after removing each clip's mean and scale, and both means;
-  3. the same regression trained on the other talking clips (other speakers; never 01b), with and without 01a.
+  3. the same regression trained on the other talking clips (other speakers; never 01b), with and without 01a;
+  4. the audio-visual lag curve (opening vs speech envelope, as the lag bar measures it) of the real 01b mouth
+     and of the ridge prediction: it oscillates with the syllable rhythm, so the best lag can jump by ~300 ms;
+  5. whether 01a alone could teach a generator to follow the footage's average mouth: the spread of 01a's local
+     average opening (+-2 s, without +-0.5 s around the frame) and its correlation with the frame's opening.
 
   python benchmarks/mouth_audio_analysis.py [--cache /tmp/dh_talking_head_eval]
 """
@@ -119,6 +123,30 @@ def main() -> None:
     print(f"ridge 01a -> 01b opening: corr {np.corrcoef(pred, ob)[0, 1]:.3f}, R^2 raw {r2(pred, ob):.3f}, "
           f"R^2 per-clip standardised {r2(pred_z, zscore(ob)):.3f}; mean opening 01a {oa.mean():.4f} / 01b "
           f"{ob.mean():.4f} (01a std {oa.std():.4f})")
+
+    # 4. lag curves (the bar's measure: opening vs speech envelope, detrended, Pearson at each lag)
+    import eval_talking_head as eth
+    from digital_human.vision.lipsync_metrics import av_lag, lag_curve, mouth_opening, speech_envelope
+
+    eth.VIDEOS = {"x": f"{TEST}.mp4"}
+    track, wave, sr = eth.load_clip("x", args.data, args.cache)
+    envelope = speech_envelope(wave, sr, track.fps, len(track))
+    real_open = mouth_opening(track.landmarks[..., :2])
+    pred_open = real_open.copy()
+    pred_open[np.asarray(track.found, bool)] = pred
+    for label, curve in (("real 01b", real_open), ("ridge from 01a audio", pred_open)):
+        lags, corr = lag_curve(curve, envelope, track.fps, max_lag_s=0.6)
+        lag_ms, best = av_lag(curve, envelope, track.fps)
+        points = " ".join(f"{int(round(k * 1000 / track.fps))}:{c:+.2f}" for k, c in zip(lags[::2], corr[::2]))
+        print(f"lag curve {label}: bar's best lag {lag_ms:+.0f} ms (corr {best:.3f}); ms:corr {points}")
+
+    # 5. can 01a teach the generator to follow a given average mouth? Its local average barely moves.
+    n, local = len(oa), np.empty(len(oa))
+    for t in range(n):
+        near = np.r_[max(0, t - 60):max(0, t - 15), min(n, t + 16):min(n, t + 61)]
+        local[t] = oa[near].mean()
+    print(f"01a local average opening (+-2 s without +-0.5 s): std {local.std():.4f} (frames: {oa.std():.4f}), "
+          f"correlation with the frame's opening {np.corrcoef(local, oa)[0, 1]:+.3f}")
 
     # 3. a prior from other speakers (each clip standardised, so only the variation is learned)
     for label, names in (("other clips", OTHERS), ("other clips + 01a", (*OTHERS, TRAIN))):
