@@ -158,7 +158,7 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
 def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                       backend: str, max_seconds: float, smooth: float, out: Path) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> MP4 on the headless path (engines/talking_head/render_video.py: paste-back,
-    smoothing and YUV conversion on the GPU when there is one, encoding overlapped); the node chain's
+    smoothing (and YUV conversion) on the GPU when there is one, encoding overlapped); the node chain's
     result to rounding. Returns (MuxReport, fps, reports)."""
     from .engines.talking_head.render_video import render_talking_video
     from .nodes.image_convert import uint8_to_image
@@ -187,15 +187,8 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
 
 def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: int) -> tuple[Any, float, dict[str, Any]]:
     """The talking-head part of `animate` and `run`: the headless path, or the ComfyUI node chain
-    (TRT_TalkingHead -> TemporalSmooth -> VideoMux) exactly as a workflow runs it. --render auto takes
-    the headless path on a CUDA machine only: on a CPU its torch paste-back and YUV conversion are
-    slower than the nodes' threaded OpenCV/numpy and ffmpeg's own conversion (benchmarks/RESULTS.md)."""
-    render = args.render
-    if render == "auto":
-        import torch
-
-        render = "headless" if torch.cuda.is_available() else "nodes"
-    if render == "headless":
+    (TRT_TalkingHead -> TemporalSmooth -> VideoMux) exactly as a workflow runs it (--render nodes)."""
+    if args.render == "headless":
         return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                  args.max_seconds, args.smooth, Path(args.out))
     frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
@@ -334,10 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--smooth", type=float, default=0.5, help="TemporalSmooth strength (0 = off)")
         p.add_argument("--max-seconds", type=float, default=60.0, help="reference video seconds to read")
         p.add_argument("--out", required=True, help="output .mp4")
-        p.add_argument("--render", default="auto", choices=["auto", "headless", "nodes"],
-                       help="headless: paste-back, smoothing and YUV conversion in torch (on the GPU), frames "
-                            "streamed to the encoder; nodes: the ComfyUI node chain; auto: headless with CUDA, "
-                            "else nodes (same frames to rounding)")
+        p.add_argument("--render", default="headless", choices=["headless", "nodes"],
+                       help="headless: paste-back and smoothing in torch (on the GPU when there is one), frames "
+                            "streamed to the encoder; nodes: the ComfyUI node chain (same frames to rounding)")
 
     animate = sub.add_parser("animate", help="face + speech audio -> lip-synced MP4")
     common(animate)

@@ -87,7 +87,8 @@ def test_video_reference_matches_the_node_path(video_track, speech):
     assert _psnr(got, expected) >= 45.0
 
 
-def test_render_writes_a_probed_mp4_close_to_the_node_path(tmp_path, photo_track, speech):
+@pytest.mark.parametrize("yuv_on_device", [False, True])
+def test_render_writes_a_probed_mp4_close_to_the_node_path(tmp_path, photo_track, speech, yuv_on_device):
     from digital_human.media.mux import mux_video
     from digital_human.media.probe import read_video_frames
 
@@ -95,7 +96,7 @@ def test_render_writes_a_probed_mp4_close_to_the_node_path(tmp_path, photo_track
     gen = portrait_crops(photo_track, wave, sr, 25.0)
     calls = []
     result = render_talking_video(gen, wave, sr, tmp_path / "headless.mp4", device="cpu", chunk_frames=16,
-                                  progress=lambda d, t: calls.append((d, t)))
+                                  yuv_on_device=yuv_on_device, progress=lambda d, t: calls.append((d, t)))
     assert result.path.is_file() and result.mux.probe.video_codec == "h264"
     assert result.mux.frames_written == 50 and abs(result.mux.probe.video_duration - 2.0) < 0.05
     assert calls[-1] == (150, 150) and all(b[0] >= a[0] for a, b in zip(calls, calls[1:]))

@@ -6,8 +6,8 @@ float32 that is allocated, copied and converted three times, and ffmpeg turns RG
 one thread; on a GPU machine that CPU work is most of the whole chain (benchmarks/RESULTS.md).
 Here the same steps run over the face box only, on the GPU when there is one:
 paste-back (vision.paste_torch) -> TemporalSmooth's filter (media.smoothing.smooth_frames_tensor,
-with the node's own masks) -> per chunk of frames: compose, convert to YUV 4:2:0 (media.yuv) and
-stream to the encoder (media.mux.FrameStream) while the next chunk is prepared on a thread.
+with the node's own masks) -> per chunk of frames: compose, convert to YUV 4:2:0 (media.yuv; on a
+GPU only) and stream to the encoder (media.mux.FrameStream) while the next chunk is prepared on a thread.
 The frames equal the node path's to rounding (tests/test_render_video.py).
 """
 from __future__ import annotations
@@ -210,11 +210,13 @@ def compose_chunks(gen: GeneratedCrops, faces: FaceBoxes, device=None,
 def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: int, out_path: str | Path, *,
                          smooth_method: str = "one_euro", smooth_strength: float = 0.5, device: str | None = None,
                          fmt: str = "mp4", crf: int | None = None, preset: str | None = None,
-                         chunk_frames: int = CHUNK_FRAMES, progress: Callable[[int, int], None] | None = None,
+                         chunk_frames: int = CHUNK_FRAMES, yuv_on_device: bool | None = None,
+                         progress: Callable[[int, int], None] | None = None,
                          should_stop: Callable[[], bool] | None = None) -> TalkingVideoResult:
     """Paste `gen`'s crops into their reference frames, smooth the lower face like TemporalSmooth,
     and encode with `audio` to `out_path` like VideoMux (length_mode pad_audio). device: torch
-    device; None = CUDA when available, else CPU. progress(done, total) runs over paste, smoothing
+    device; None = CUDA when available, else CPU. yuv_on_device: convert RGB -> YUV 4:2:0 on `device`
+    (None = on a GPU only; else ffmpeg converts). progress(done, total) runs over paste, smoothing
     and encoding; should_stop() -> True aborts (no file is left behind)."""
     import torch
 
@@ -229,17 +231,24 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
     t1 = time.perf_counter()
     height, width = gen.track.frames.shape[1:3]
 
-    def yuv_chunks() -> Iterator[np.ndarray]:
+    # On a GPU the YUV conversion costs ~0.1 ms a frame and halves the pipe bytes; on a CPU torch's integer
+    # version is ~30x slower than ffmpeg's own (SIMD) conversion, so RGB goes to ffmpeg as the nodes send it.
+    yuv_here = dev.type == "cuda" if yuv_on_device is None else bool(yuv_on_device)
+
+    def encoder_chunks() -> Iterator[np.ndarray]:
         for frames in compose_chunks(gen, faces, dev, chunk_frames):
-            yield rgb_to_yuv420p(frames, "edge").cpu().numpy()
+            yield rgb_to_yuv420p(frames, "edge").cpu().numpy() if yuv_here else frames.cpu().numpy()
 
     def encode_progress(done: int, _total: int) -> None:
         if progress is not None:
             progress(2 * n + done, 3 * n)
 
-    prepared = _prefetched(yuv_chunks())
-    stream = FrameStream(count=n, width=width + width % 2, height=height + height % 2, pix_fmt="yuv420p",
-                         chunks=prepared)
+    prepared = _prefetched(encoder_chunks())
+    if yuv_here:  # yuv420p needs even sizes: rgb_to_yuv420p pads odd ones by repeating the edge
+        stream = FrameStream(count=n, width=width + width % 2, height=height + height % 2, pix_fmt="yuv420p",
+                             chunks=prepared)
+    else:  # mux pads odd RGB sizes the same way (pad_mode "edge")
+        stream = FrameStream(count=n, width=width, height=height, pix_fmt="rgb24", chunks=prepared)
     try:
         mux = mux_video(stream, audio, int(sample_rate), gen.fps, out_path, fmt=fmt, crf=crf, preset=preset,
                         length_mode="pad_audio", progress=encode_progress, should_stop=should_stop)
