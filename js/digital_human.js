@@ -1,8 +1,8 @@
 // Digital Human pack: in-graph players and status lines (loaded through WEB_DIRECTORY = "./js").
 //
 // - TRT_TTS: an <audio> player for the speech it made + a status line (backend, timings, warnings).
-// - VideoMux: a <video> player for the MP4 it wrote.
-// - TRT_TTS / TRT_TalkingHead / TrainAvatar: the status line also shows live progress (engine build,
+// - VideoMux / TalkingHeadVideo: a <video> player for the MP4 it wrote.
+// - TRT_TTS / TRT_TalkingHead / TalkingHeadVideo / TrainAvatar: the status line also shows live progress (engine build,
 //   synthesis, training steps) from the websocket while the node runs.
 // - LoadReferenceAudio: upload button + preview. The core "audio_upload" flag only works for an input
 //   literally named "audio" on core nodes (frontend 1.27 Comfy.UploadAudio), so the pack wires its own.
@@ -13,8 +13,8 @@ import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 
 const AUDIO_NODES = new Set(["TRT_TTS"]);
-const VIDEO_NODES = new Set(["VideoMux"]);
-const STATUS_NODES = new Set(["TRT_TTS", "TRT_TalkingHead", "TrainAvatar", "VideoMux", "ExtractSpeakerEmbedding"]);
+const VIDEO_NODES = new Set(["VideoMux", "TalkingHeadVideo"]);
+const STATUS_NODES = new Set(["TRT_TTS", "TRT_TalkingHead", "TalkingHeadVideo", "TrainAvatar", "VideoMux", "ExtractSpeakerEmbedding"]);
 const UPLOAD_NODES = { LoadReferenceAudio: { widget: "audio_file", accept: "audio/*,video/mp4,video/webm" } };
 const VIDEO_SUFFIX = /\.(mp4|webm|mov)$/i;
 

@@ -104,6 +104,85 @@ class TRT_TalkingHead:
         return {"ui": {"text": [report]}, "result": (uint8_to_image(result.frames), result.track, report)}
 
 
+class TalkingHeadVideo:
+    """TRT_TalkingHead -> TemporalSmooth -> VideoMux in one node, frames kept on the GPU."""
+
+    DESCRIPTION = ("The talking head straight to a video file: the mouths are generated as in TRT_TalkingHead, then "
+                   "pasted back, smoothed (TemporalSmooth) and encoded (VideoMux) with the frames kept on the GPU and "
+                   "streamed to the encoder - the same frames to rounding, 2-4x faster on a GPU (no float IMAGE "
+                   "between nodes). Use the three separate nodes when you want to edit the frames in between.")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        from ..media.mux import FORMATS
+
+        head = TRT_TalkingHead.INPUT_TYPES()
+        required = dict(head["required"])
+        required.update({
+            "smooth_strength": ("FLOAT", {"default": 0.5, "min": 0.0, "max": 1.0, "step": 0.05,
+                                          "tooltip": "TemporalSmooth's strength on the lower face (0 = off)."}),
+            "format": (list(FORMATS), {"default": "mp4"}),
+            "crf": ("INT", {"default": 18, "min": 0, "max": 63, "tooltip": "Lower = better quality, larger file."}),
+            "filename_prefix": ("STRING", {"default": "digital_human/clone"}),
+        })
+        return {"required": required, "optional": head["optional"]}
+
+    RETURN_TYPES = ("VIDEO", "STRING", "STRING")
+    RETURN_NAMES = ("video", "path", "report")
+    FUNCTION = "render"
+    OUTPUT_NODE = True
+    CATEGORY = CATEGORY
+    VALIDATE_INPUTS = TRT_TalkingHead.VALIDATE_INPUTS
+
+    def render(self, faces: Any, audio: dict, model: str = "portrait", fps: float = 25.0,
+               loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
+               max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
+               smooth_strength: float = 0.5, format: str = "mp4", crf: int = 18,
+               filename_prefix: str = "digital_human/clone", avatar: Any = None):
+        from ..audio import from_comfy_audio
+        from ..engines.talking_head.render_video import render_talking_video
+        from .video_nodes import _video_value, next_output_path
+
+        wave, rate = from_comfy_audio(audio)
+        progress = Progress(100, "TalkingHeadVideo")
+
+        def report_progress(share_start: int, share: int):  # phases of the one bar: generate 0-40, video 40-100
+            return lambda done, total: progress.update(share_start + share * done // max(total, 1) - progress.done)
+
+        path, subfolder = next_output_path(filename_prefix, format)  # a bad prefix fails before any work
+        gen = _generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
+                              backend, precision, avatar, report_progress(0, 40))
+        result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro" if smooth_strength > 0 else "none",
+                                      smooth_strength=smooth_strength, fmt=format, crf=crf,
+                                      progress=report_progress(40, 60), should_stop=interrupted)
+        for warning in result.warnings:
+            log.warning("TalkingHeadVideo: %s", warning)
+        report = "\n".join([f"{gen.model} ({gen.backend}): {len(gen)} frames generated", result.summary(),
+                            result.mux.summary()])
+        ui = {"images": [{"filename": path.name, "subfolder": subfolder, "type": "output"}], "animated": (True,),
+              "text": [report]}
+        return {"ui": ui, "result": (_video_value(result.path), str(result.path), report)}
+
+
+def _generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loop_mode: str, batch_size: int,
+                    strength: float, max_audio_seconds: float, backend: str, precision: str, avatar: Any,
+                    progress) -> Any:
+    """The model's crops for every output frame (GeneratedCrops), for `portrait` or `clone:<name>` / an avatar."""
+    if avatar is not None or model.startswith("clone:"):
+        from ..engines.talking_head.clone_infer import clone_crops
+
+        return clone_crops(avatar if avatar is not None else model.split(":", 1)[1], faces, wave, rate, fps,
+                           loop_mode=loop_mode, batch_size=batch_size, backend=backend, precision=precision,
+                           max_audio_seconds=max_audio_seconds, progress=progress, should_stop=interrupted)
+    if model == "portrait":
+        from ..engines.talking_head.portrait import portrait_crops
+
+        return portrait_crops(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
+                              max_audio_seconds=max_audio_seconds, batch_size=batch_size or 64, progress=progress,
+                              should_stop=interrupted)
+    raise ValueError(f"model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
+
+
 class TrainAvatar:
     """Train the person-specific 'clone' generator on a talking video of one person."""
 
@@ -182,9 +261,11 @@ class LoadAvatar:
         return (avatar, avatar.summary() if hasattr(avatar, "summary") else str(avatar))
 
 
-NODE_CLASS_MAPPINGS = {"TRT_TalkingHead": TRT_TalkingHead, "TrainAvatar": TrainAvatar, "DH_LoadAvatar": LoadAvatar}
+NODE_CLASS_MAPPINGS = {"TRT_TalkingHead": TRT_TalkingHead, "TalkingHeadVideo": TalkingHeadVideo,
+                       "TrainAvatar": TrainAvatar, "DH_LoadAvatar": LoadAvatar}
 NODE_DISPLAY_NAME_MAPPINGS = {
     "TRT_TalkingHead": "Talking Head (TensorRT)",
+    "TalkingHeadVideo": "Talking Head to Video (fast, GPU)",
     "TrainAvatar": "Train Avatar (clone model)",
     "DH_LoadAvatar": "Load Avatar",
 }

@@ -68,3 +68,35 @@ def test_cli_animate_writes_probe_valid_mp4(tmp_path, data_dir, speech, setup_mo
     info = probe_media(out)
     assert info.video_codec == "h264" and info.frame_count == math.ceil(len(wave) / rate * 25)
     assert abs(info.video_duration - info.audio_duration) <= 1 / 25 and report["fps"] == 25.0
+
+
+def test_talking_head_video_node_matches_the_three_nodes(tmp_path, monkeypatch, photo_faces, speech):
+    """TalkingHeadVideo = TRT_TalkingHead -> TemporalSmooth -> VideoMux in one step: a probed file in the output
+    folder with the preview entry, and decoded frames close to the three-node chain's."""
+    from digital_human.media.probe import read_video_frames
+    from digital_human.nodes.talking_head_nodes import TalkingHeadVideo
+    from digital_human.nodes.video_nodes import TemporalSmooth, VideoMux
+
+    monkeypatch.setenv("DIGITAL_HUMAN_OUTPUT_DIR", str(tmp_path))
+    wave, rate = speech
+    audio = to_comfy_audio(wave, rate)
+    out = TalkingHeadVideo().render(photo_faces, audio, model="portrait", fps=25.0, filename_prefix="runs/fast")
+    video, path, report = out["result"]
+    info = probe_media(path)
+    assert info.frame_count == math.ceil(len(wave) / rate * 25.0) and info.video_codec == "h264"
+    assert out["ui"]["images"][0] == {"filename": path.split("/")[-1], "subfolder": "runs", "type": "output"}
+    assert "portrait" in report and "frames" in report
+
+    frames, track, _ = TRT_TalkingHead().animate(photo_faces, audio, model="portrait", fps=25.0)["result"]
+    smoothed, _ = TemporalSmooth().smooth(frames, strength=0.5, fps=25.0, faces=track)
+    _, slow_path, _ = VideoMux().mux(smoothed, audio, fps=25.0, filename_prefix="runs/slow")["result"]
+    fast, _ = read_video_frames(path)
+    slow, _ = read_video_frames(slow_path)
+    mse = np.mean((fast.astype(np.float64) - slow.astype(np.float64)) ** 2)
+    assert fast.shape == slow.shape and 10 * np.log10(255 ** 2 / max(mse, 1e-12)) >= 40.0
+    with pytest.raises(ValueError, match="model must be"):
+        TalkingHeadVideo().render(photo_faces, audio, model="nonsense")
+    with pytest.raises(ValueError, match="outside the allowed folders"):
+        TalkingHeadVideo().render(photo_faces, audio, model="portrait", filename_prefix="../../escape")
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted([path.split("/")[-1],
+                                                                             slow_path.split("/")[-1]])

@@ -261,3 +261,23 @@ def test_warmed_up_speed_estimate(one_thread):
     said: list[str] = []
     fit_clone(data, TINY, steps=12, device="cpu", batch_size=2, status=said.append)
     assert any(s.startswith("training on cpu: ") and "(12 steps, batch 2)" in s for s in said), said
+
+
+def test_audio_augmentation_keeps_time_alignment():
+    """augment_windows changes level and spectrum only: every time column gets the same per-bin change
+    (so the mouth's timing cannot move), blanked bands are whole mel bins, and the input is untouched."""
+    import torch
+
+    from digital_human.engines.talking_head.train_avatar import augment_windows
+
+    torch.manual_seed(0)
+    w = torch.randn(64, 1, 80, 40)
+    before = w.clone()
+    a = augment_windows(w)
+    assert a.shape == w.shape and torch.equal(w, before)
+    blanked = (a == 0).all(dim=-1)  # [B, 1, mels]: whole bins set to the clip mean
+    assert blanked.any() and blanked.sum(-1).max() <= 10
+    gain = (a[..., 1:] - a[..., :-1]) / (w[..., 1:] - w[..., :-1])  # differences along time scale by one gain
+    kept = ~blanked[..., None].expand_as(gain)
+    per_sample = gain[kept.reshape(gain.shape)].reshape(-1)
+    assert torch.all((per_sample > 0.89) & (per_sample < 1.11))

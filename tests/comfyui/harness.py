@@ -44,6 +44,7 @@ INPUT_FILES = {
 # keeps the 25 s talk_en_male_01a.mp4 and clones the voice from that video's own sound.
 WORKFLOW_INPUT_FILES = {
     "clone_from_photo": {"audio_file": "audio/spk_en_03.wav"},
+    "clone_from_photo_fast": {"audio_file": "audio/spk_en_03.wav"},
 }
 
 

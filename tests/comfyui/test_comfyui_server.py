@@ -14,10 +14,11 @@ from harness import (ARTIFACTS, INPUT_FILES, WORKFLOWS, ComfyClient, ComfyError,
 from media_probe import AUDIO_SUFFIXES, VIDEO_SUFFIXES, check_media
 
 API_WORKFLOWS = sorted((WORKFLOWS / "api").glob("*.json"))
+VIDEO_NODES = ("VideoMux", "TalkingHeadVideo")  # the nodes that write the MP4
 VIDEO_WORKFLOWS = [p for p in API_WORKFLOWS if any(
-    n.get("class_type") == "VideoMux" for n in json.loads(p.read_text()).values() if isinstance(n, dict))]
+    n.get("class_type") in VIDEO_NODES for n in json.loads(p.read_text()).values() if isinstance(n, dict))]
 RUN_TIMEOUT_S = 600.0
-FRESH_SEED_NODES = {"TRT_TTS", "TRT_TalkingHead"}
+FRESH_SEED_NODES = {"TRT_TTS", "TRT_TalkingHead", "TalkingHeadVideo"}
 TEST_AVATAR = "dh_test_clone"  # trained by the clone_from_video run, in the models folder the server uses
 # Successful run of each API workflow in this session (name -> (prompt, history entry)).
 _RUNS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
@@ -47,7 +48,7 @@ def _bounded_cost(prompt: dict[str, Any]) -> dict[str, Any]:
 def _fps_sources(prompt: dict[str, Any]) -> set[str]:
     """Where the fps inputs of the video nodes come from: one link target or one number."""
     return {json.dumps(n["inputs"]["fps"]) for n in prompt.values()
-            if n["class_type"] in ("FaceAlign", "TRT_TalkingHead", "TemporalSmooth", "VideoMux")}
+            if n["class_type"] in ("FaceAlign", "TRT_TalkingHead", "TemporalSmooth", *VIDEO_NODES)}
 
 
 def _media_outputs(entry: dict[str, Any]) -> list[dict[str, str]]:
@@ -108,13 +109,13 @@ def test_api_workflow_runs(workflow: Path, client: ComfyClient, data_dir: Path) 
     assert progress, f"{workflow.name}: no progress message on the websocket"
     assert all(0 <= m["data"]["value"] <= m["data"]["max"] for m in progress)
     executed = {m["data"]["node"] for m in client.events.of(prompt_id, "executed")}
-    pack_outputs = {nid for nid, n in prompt.items() if n["class_type"] in ("TRT_TTS", "VideoMux", "TrainAvatar")}
+    pack_outputs = {nid for nid, n in prompt.items() if n["class_type"] in ("TRT_TTS", "TrainAvatar", *VIDEO_NODES)}
     assert pack_outputs <= executed, f"UI results missing for nodes {pack_outputs - executed}"
     # Long nodes report their own progress (the status line and the bar depend on it).
     progressed = {m["data"]["node"] for m in progress}
-    long_nodes = {nid for nid, n in prompt.items() if n["class_type"] in ("TRT_TalkingHead", "VideoMux", "TrainAvatar")}
+    long_nodes = {nid for nid, n in prompt.items() if n["class_type"] in ("TRT_TalkingHead", "TrainAvatar", *VIDEO_NODES)}
     assert long_nodes <= progressed, f"no progress from nodes {long_nodes - progressed}"
-    for nid in (n for n in prompt if prompt[n]["class_type"] == "VideoMux"):
+    for nid in (n for n in prompt if prompt[n]["class_type"] in VIDEO_NODES):
         ui = entry["outputs"][nid]
         assert ui.get("animated") == [True] and ui["images"][0]["filename"].endswith(".mp4"), ui
     for nid in (n for n in prompt if prompt[n]["class_type"] == "TrainAvatar"):
@@ -139,7 +140,7 @@ def _second_run_is_cached(client: ComfyClient, prompt: dict[str, Any], first: di
 
 def _wired_fps(prompt: dict[str, Any], sample_video: Path) -> float:
     """The number the workflow's fps inputs resolve to (a widget value, a Float node, or the video's rate)."""
-    mux = next(n for n in prompt.values() if n["class_type"] == "VideoMux")
+    mux = next(n for n in prompt.values() if n["class_type"] in VIDEO_NODES)
     value = mux["inputs"]["fps"]
     if not isinstance(value, list):
         return float(value)
