@@ -207,7 +207,7 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
 
     fit = fit_clone(data, config, steps=args.steps, time_budget_s=args.budget, device=args.device,
                     batch_size=args.batch, monitor=monitor, monitor_every=args.eval_every, amp=not args.no_amp,
-                    augment_audio=not args.no_augment_audio,
+                    augment_audio=args.augment_audio,
                     progress=lambda s, n, l: losses.append((s, l)) if s % 50 == 0 else None,
                     status=lambda text: print(text, flush=True))
     te = time.perf_counter()
@@ -310,8 +310,9 @@ def main() -> None:
     ap.add_argument("--final-frames", type=int, default=0,
                     help="01b frames held out at all (the final evaluation scores these; 0: all 812)")
     ap.add_argument("--no-amp", action="store_true", help="train in FP32 instead of bf16 autocast")
-    ap.add_argument("--no-augment-audio", action="store_true",
-                    help="train without fit_clone's audio window jitter (the default before 2026-11-29's second run)")
+    ap.add_argument("--augment-audio", type=float, default=1.0,
+                    help="strength of fit_clone's audio window jitter (0 = off, the setting before 2026-11-29's "
+                         "second run)")
     ap.add_argument("--skip-infer", action="store_true", help="skip the generator inference benchmark")
     ap.add_argument("--stop-at-target", action="store_true")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))

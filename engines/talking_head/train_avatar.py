@@ -221,18 +221,20 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def augment_windows(windows):
+def augment_windows(windows, strength: float = 1.0):
     """Training-time jitter of normalised log-mel windows [B, 1, mels, T] (torch): a random EQ per
     sample (each mel bin offset by N(0, 0.15) of the clip's std - another microphone or room), a gain
     of 0.9-1.1, and with probability 1/2 one band of 1-10 mel bins blanked to the clip mean (0), as
-    SpecAugment does. Time is left alone: the mouth must stay in sync."""
+    SpecAugment does; `strength` scales the offsets, the gain range and the widest band. Time is left
+    alone: the mouth must stay in sync."""
     import torch
 
     b, _, mels, _ = windows.shape
     dev = windows.device
-    out = windows * torch.empty(b, 1, 1, 1, device=dev).uniform_(0.9, 1.1)
-    out = out + 0.15 * torch.randn(b, 1, mels, 1, device=dev)
-    width = torch.randint(1, 11, (b,), device=dev)
+    spread = 0.1 * strength
+    out = windows * torch.empty(b, 1, 1, 1, device=dev).uniform_(1.0 - spread, 1.0 + spread)
+    out = out + 0.15 * strength * torch.randn(b, 1, mels, 1, device=dev)
+    width = torch.randint(1, max(2, int(round(10 * strength)) + 1), (b,), device=dev)
     start = (torch.rand(b, device=dev) * (mels - width + 1)).long()
     bins = torch.arange(mels, device=dev)[None]
     band = (bins >= start[:, None]) & (bins < (start + width)[:, None]) & (torch.rand(b, 1, device=dev) < 0.5)
@@ -247,7 +249,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
               checkpoint_path=None, checkpoint_every: int = 250, resume: bool = True,
               monitor: Callable[[CloneGenerator, int, float, float], bool | None] | None = None,
               monitor_every: int = 0, amp: bool | None = None, warmup_steps: int = 100,
-              clip_grad_norm: float = 1.0, max_bad_steps: int = 50, augment_audio: bool = True) -> FitResult:
+              clip_grad_norm: float = 1.0, max_bad_steps: int = 50, augment_audio: float = 1.0) -> FitResult:
     """Train (or continue training) the generator on prepared data. Stops at `steps` total steps or
     after `time_budget_s` seconds of training (whichever first), or when `monitor` returns True.
 
@@ -256,7 +258,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     CPU, where bf16 convolutions are slower than FP32). warmup_steps: linear lr warm-up (capped at a
     tenth of `steps`). After `max_bad_steps` consecutive skipped (non-finite) or zero-gradient
     steps training stops with a RuntimeError instead of burning the budget on a frozen model.
-    augment_audio: jitter the training audio windows (augment_windows) so the mouth is learned from
+    augment_audio: strength of the training audio windows' jitter (augment_windows; 0 = off), so the mouth is learned from
     what the words share rather than from one recording's exact spectra (H200, 5 minutes on 01a, held-out
     01b: mouth-landmark distance -23.6% vs baseline (a) with it, -21.0% without; benchmarks/RESULTS.md)."""
     import torch
@@ -347,7 +349,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         gain = torch.empty(bs, 1, 1, 1, device=dev).uniform_(0.85, 1.15)  # lighting jitter, same for all inputs
         target = (regions[ti].float() / 255.0 * gain).clamp(0, 1)
         reference = (regions[ri].float() / 255.0 * gain).clamp(0, 1)
-        audio = augment_windows(windows[ti]) if augment_audio else windows[ti]
+        audio = augment_windows(windows[ti], augment_audio) if augment_audio > 0 else windows[ti]
         with autocast:
             pred = model(target, reference, audio)
         with no_autocast:  # SSIM's variance terms (E[x^2] - E[x]^2) cancel badly in low precision
