@@ -74,6 +74,7 @@ class TRT_TalkingHead:
                 max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
                 avatar: Any = None):
         from ..audio import from_comfy_audio
+        from ..engines.talking_head.driver import paste_generated, phase_progress
 
         wave, rate = from_comfy_audio(audio)
         progress: Progress | None = None
@@ -83,21 +84,9 @@ class TRT_TalkingHead:
             progress = progress or Progress(total, "TalkingHead")
             progress.update(done - progress.done)
 
-        if avatar is not None or model.startswith("clone:"):
-            from ..engines.talking_head.clone_infer import animate_clone
-
-            result = animate_clone(avatar if avatar is not None else model.split(":", 1)[1], faces, wave, rate, fps,
-                                   loop_mode=loop_mode, batch_size=batch_size, backend=backend, precision=precision,
-                                   max_audio_seconds=max_audio_seconds, progress=report_progress,
-                                   should_stop=interrupted)
-        elif model == "portrait":
-            from ..engines.talking_head.portrait import animate_portrait
-
-            result = animate_portrait(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
-                                      max_audio_seconds=max_audio_seconds, batch_size=batch_size or 64,
-                                      progress=report_progress, should_stop=interrupted)
-        else:
-            raise ValueError(f"model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
+        gen = _generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
+                              backend, precision, avatar, phase_progress(report_progress, 0))
+        result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TRT_TalkingHead: %s", warning)
         report = result.summary()
