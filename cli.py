@@ -135,17 +135,27 @@ def _cmd_mux(args: argparse.Namespace) -> dict[str, Any]:
             "frames": probe.frame_count, "report": report.summary()}
 
 
-def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
-                    backend: str, max_seconds: float, smooth: float) -> tuple[Any, float, dict[str, Any]]:
-    """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth)."""
-    from .audio import to_comfy_audio
-    from .nodes.image_convert import image_to_uint8, uint8_to_image
-    from .nodes.talking_head_nodes import TRT_TalkingHead
-    from .nodes.video_nodes import FaceAlign, TemporalSmooth
+def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: str,
+                     max_seconds: float) -> tuple[Any, float, str]:
+    """Photo/video file -> (DH_FACES, output fps, FaceAlign's report)."""
+    from .nodes.image_convert import uint8_to_image
+    from .nodes.video_nodes import FaceAlign
 
     frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds)
     fps = float(fps or (src_fps if len(frames) > 1 else 25.0))
     faces, _, align_report = timer.run("align", FaceAlign().align, uint8_to_image(frames), src_fps, backend=backend)
+    return faces, fps, align_report
+
+
+def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
+                    backend: str, max_seconds: float, smooth: float) -> tuple[Any, float, dict[str, Any]]:
+    """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth)."""
+    from .audio import to_comfy_audio
+    from .nodes.image_convert import image_to_uint8
+    from .nodes.talking_head_nodes import TRT_TalkingHead
+    from .nodes.video_nodes import TemporalSmooth
+
+    faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds)
     out = timer.run("talking_head", TRT_TalkingHead().animate, faces, to_comfy_audio(wave, rate), model=model,
                     fps=fps, backend=backend)
     images, track, head_report = out["result"]
@@ -157,27 +167,14 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
 
 def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                       backend: str, max_seconds: float, smooth: float, out: Path) -> tuple[Any, float, dict[str, Any]]:
-    """face file + speech -> MP4 on the headless path (engines/talking_head/render_video.py: paste-back,
-    smoothing (and YUV conversion) on the GPU when there is one, encoding overlapped); the node chain's
-    result to rounding. Returns (MuxReport, fps, reports)."""
+    """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
+    YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
+    rounding. Returns (MuxReport, fps, reports)."""
     from .engines.talking_head.render_video import render_talking_video
-    from .nodes.image_convert import uint8_to_image
-    from .nodes.video_nodes import FaceAlign
+    from .nodes.talking_head_nodes import generate_crops
 
-    frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds)
-    fps = float(fps or (src_fps if len(frames) > 1 else 25.0))
-    faces, _, align_report = timer.run("align", FaceAlign().align, uint8_to_image(frames), src_fps, backend=backend)
-    if model == "portrait":
-        from .engines.talking_head.portrait import portrait_crops
-
-        gen = timer.run("talking_head", portrait_crops, faces, wave, rate, fps)
-    elif model.startswith("clone:"):
-        from .engines.talking_head.clone_infer import clone_crops
-
-        gen = timer.run("talking_head", clone_crops, model.split(":", 1)[1], faces, wave, rate, fps, backend=backend,
-                        batch_size=0)
-    else:
-        raise ValueError(f"--model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
+    faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds)
+    gen = timer.run("talking_head", generate_crops, faces, wave, rate, model, fps, backend=backend)
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth)
     for warning in result.warnings:
         log.warning("%s", warning)

@@ -91,15 +91,11 @@ def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model
     faces, _, _ = stage("align", FaceAlign().align, face_image, 25.0, backend=backend)
     path = out_dir / f"chain_{backend}_{model.replace(':', '_')}{'_headless' if headless else ''}.mp4"
     if headless:
-        from digital_human.engines.talking_head.clone_infer import clone_crops
-        from digital_human.engines.talking_head.portrait import portrait_crops
         from digital_human.engines.talking_head.render_video import render_talking_video
+        from digital_human.nodes.talking_head_nodes import generate_crops
 
-        if model == "portrait":
-            gen = stage("talking_head", portrait_crops, faces, speech.waveform, speech.sample_rate, 25.0)
-        else:
-            gen = stage("talking_head", clone_crops, model.split(":", 1)[1], faces, speech.waveform,
-                        speech.sample_rate, 25.0, backend=backend, batch_size=0)
+        gen = stage("talking_head", generate_crops, faces, speech.waveform, speech.sample_rate, model, 25.0,
+                    backend=backend)
         if unload:
             loader.release("face")
         result = stage("video", render_talking_video, gen, speech.waveform, speech.sample_rate, path,
@@ -134,21 +130,17 @@ def headless_parity(text: str, speaker, face_image, model: str) -> dict:
     import numpy as np
     import torch
 
-    from digital_human.engines.talking_head.clone_infer import clone_crops
     from digital_human.engines.talking_head.driver import paste_generated
-    from digital_human.engines.talking_head.portrait import portrait_crops
     from digital_human.engines.talking_head.render_video import compose_chunks, paste_and_smooth
     from digital_human.media.yuv import rgb_to_yuv420p
     from digital_human.nodes.image_convert import image_to_uint8, uint8_to_image
+    from digital_human.nodes.talking_head_nodes import generate_crops
     from digital_human.nodes.video_nodes import FaceAlign, TemporalSmooth
     from digital_human.nodes.voice_nodes import TRT_TTS
 
     speech = TRT_TTS()._synthesize(text, speaker, "en", 1.0, 1.0, "auto", "auto", "auto")
     faces, _, _ = FaceAlign().align(face_image, 25.0)
-    if model == "portrait":
-        gen = portrait_crops(faces, speech.waveform, speech.sample_rate, 25.0)
-    else:
-        gen = clone_crops(model.split(":", 1)[1], faces, speech.waveform, speech.sample_rate, 25.0, batch_size=0)
+    gen = generate_crops(faces, speech.waveform, speech.sample_rate, model, 25.0)
     node = paste_generated(gen)
     images, _ = TemporalSmooth().smooth(uint8_to_image(node.frames), strength=0.5, fps=25.0, faces=node.track)
     expected = image_to_uint8(images)

@@ -117,7 +117,10 @@ class EngineLoader:
                 except Exception as exc:  # fall through to the next backend, and say why
                     reason = f"{name}-{device}: {exc}"
                     tried.append(reason)
-                    self._failed[key] = reason
+                    # a missing library or a broken file stays so until release(); running out of memory
+                    # does not (another model may be freed), so that backend is tried again next time
+                    if not (isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()):
+                        self._failed[key] = reason
                     log.warning("[digital_human] %s could not load on %s (%s); trying the next backend",
                                 spec.name, f"{name}-{device}", exc)
                     continue

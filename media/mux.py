@@ -8,7 +8,7 @@ Why it is built this way:
   `scale` filter is skipped and half the bytes go through the pipe.
 - `-framerate` is given before `-i` so the raw input gets the right clock; fps is a rational
   (29.97 -> 2997/100) so durations come out exact.
-- Audio goes through a float WAV written with soundfile (no lossy step before the encoder).
+- Audio goes through a float WAV (media/wav_float.py; no lossy step before the encoder).
 - The file is written to `<stem>.partial-<random><ext>` in the target folder, probed, and only
   then `os.replace`d onto the final name (atomic on one file system). On any failure or
   interruption ffmpeg is killed and every temporary file is deleted.

@@ -328,6 +328,11 @@ def smooth_frames(
     ys, xs = (slice(0, h), slice(0, w)) if m is None else _mask_box(m, h, w)
     if ys.stop - ys.start == 0:
         return out
+    if device is not None:  # the same filter in torch (smooth_frames_tensor): one transfer each way
+        out[:, ys, xs] = _smooth_sub_box_in_torch(x, m, ys, xs, device, method=method, strength=strength, fps=fps,
+                                                  scene_cut_threshold=scene_cut_threshold, causal=causal,
+                                                  noise_level=noise_level, progress=progress)
+        return out
 
     cuts = set(detect_scene_cuts(x, scene_cut_threshold))
     dt = 1.0 / fps
@@ -399,13 +404,6 @@ def smooth_frames(
             if report and progress is not None:
                 progress(2 * n - t, total)
 
-    if device is not None:
-        params = {"method": method, "sigma": None if method == "ema" else sigma,
-                  "min_cut": None if method == "ema" else min_cut, "a_fixed": a_fixed if method == "ema" else None}
-        out[:, ys, xs] = _filter_torch(x[:, ys, xs], None if m is None else (m[:, ys, xs] if m.ndim == 3 else m[ys, xs]),
-                                       cuts, dt, causal, params, device, progress)
-        return out
-
     height = ys.stop - ys.start
     n_bands = max(1, min(frame_workers(), height // MIN_BAND_ROWS))
     edges = np.linspace(ys.start, ys.stop, n_bands + 1).round().astype(int)
@@ -415,15 +413,15 @@ def smooth_frames(
     return out
 
 
-def _filter_torch(box: np.ndarray, mask: np.ndarray | None, cuts: set[int], dt: float, causal: bool,
-                  params: dict, device: str, progress: Callable[[int, int], None] | None) -> np.ndarray:
-    """smooth_frames' forward/backward passes over the box [N, h, w, 3] in torch on `device` (one
-    transfer each way)."""
+def _smooth_sub_box_in_torch(x: np.ndarray, m: np.ndarray | None, ys: slice, xs: slice, device: str,
+                             **kwargs) -> np.ndarray:
+    """smooth_frames' device path: the whole input goes to `device` (scene cuts are measured on all of it,
+    as the numpy path does) and smooth_frames_tensor filters it; returns the filtered sub-box [N, h, w, 3]."""
     import torch
 
-    x = torch.from_numpy(np.ascontiguousarray(box, np.float32)).to(device)
-    m = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask, np.float32)).to(device)
-    return _filter_tensor(x, m, cuts, dt, causal, params, progress).cpu().numpy()
+    t = torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(device, copy=True)  # filtered in place: never x
+    mt = None if m is None else torch.from_numpy(np.ascontiguousarray(m, np.float32)).to(device)
+    return smooth_frames_tensor(t, mt, **kwargs)[:, ys, xs].cpu().numpy()
 
 
 def _filter_tensor(x, m, cuts: set[int], dt: float, causal: bool, params: dict,

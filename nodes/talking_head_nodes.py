@@ -18,7 +18,6 @@ BACKENDS = ["auto", "tensorrt", "torch", "onnxruntime"]
 PRECISIONS = ["auto", "fp16", "fp32"]
 
 
-
 def _model_choices() -> list[str]:
     from ..engines.talking_head.avatar_store import list_avatars
 
@@ -84,7 +83,7 @@ class TRT_TalkingHead:
             progress = progress or Progress(total, "TalkingHead")
             progress.update(done - progress.done)
 
-        gen = _generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
+        gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, phase_progress(report_progress, 0))
         result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
         for warning in result.warnings:
@@ -139,7 +138,7 @@ class TalkingHeadVideo:
             return lambda done, total: progress.update(share_start + share * done // max(total, 1) - progress.done)
 
         path, subfolder = next_output_path(filename_prefix, format)  # a bad prefix fails before any work
-        gen = _generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
+        gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, report_progress(0, 40))
         result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro" if smooth_strength > 0 else "none",
                                       smooth_strength=smooth_strength, fmt=format, crf=crf,
@@ -153,9 +152,9 @@ class TalkingHeadVideo:
         return {"ui": ui, "result": (_video_value(result.path), str(result.path), report)}
 
 
-def _generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loop_mode: str, batch_size: int,
-                    strength: float, max_audio_seconds: float, backend: str, precision: str, avatar: Any,
-                    progress) -> Any:
+def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loop_mode: str = "ping-pong",
+                   batch_size: int = 0, strength: float = 1.0, max_audio_seconds: float = 600.0,
+                   backend: str = "auto", precision: str = "auto", avatar: Any = None, progress=None) -> Any:
     """The model's crops for every output frame (GeneratedCrops), for `portrait` or `clone:<name>` / an avatar."""
     if avatar is not None or model.startswith("clone:"):
         from ..engines.talking_head.clone_infer import clone_crops

@@ -184,8 +184,18 @@ class TemporalSmooth:
         device = "cuda" if torch.cuda.is_available() else None
         # in place on `box` (already this node's own copy): one less box-sized allocation, which on a
         # minute of video is ~0.6 GB of fresh pages
-        smoothed = smooth_frames(box, mask, method=method, strength=strength, fps=fps, device=device, out=box,
+        def run(on: str | None) -> np.ndarray:
+            return smooth_frames(box, mask, method=method, strength=strength, fps=fps, device=on, out=box,
                                  progress=lambda done, total: progress.update(done - progress.done))
+
+        try:
+            smoothed = run(device)
+        except torch.cuda.OutOfMemoryError:  # the box is written only after the GPU pass: still the input
+            log.warning("TemporalSmooth: the face box of %d frames does not fit the GPU; smoothing on the CPU",
+                        len(frames))
+            torch.cuda.empty_cache()
+            device = None
+            smoothed = run(device)
         after = _flicker(smoothed, mask)
         frames[:, region[0], region[1]] = smoothed
         where = "lower face" if mask is not None else "whole frame"
@@ -262,7 +272,6 @@ class VideoMux:
         ui = {"images": [{"filename": path.name, "subfolder": subfolder, "type": "output"}], "animated": (True,),
               "text": [report.summary()]}
         return {"ui": ui, "result": (_video_value(path), str(path), report.summary())}
-
 
 
 def next_output_path(prefix: str, fmt: str) -> tuple[Path, str]:

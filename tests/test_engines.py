@@ -129,6 +129,25 @@ def test_failed_backend_is_tried_once_until_release(tiny_spec):
     assert attempts == ["tensorrt", "torch", "tensorrt", "torch"]
 
 
+def test_out_of_memory_is_not_remembered(tiny_spec):
+    """Running out of GPU memory while loading is transient (other models may be freed): that backend is
+    tried again on the next call, unlike a missing library."""
+    fresh = loader_mod.EngineLoader()
+    fresh._has_cuda = lambda: True
+    attempts = []
+
+    def fake_load(spec, backend, device, precision):
+        attempts.append(backend)
+        if backend == "tensorrt":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return _RecordingRunner(RunnerInfo(spec.name, f"{backend}-{device}", device, "fp32"))
+
+    fresh._loader = fake_load
+    fresh.get(tiny_spec)
+    fresh.get(tiny_spec)
+    assert attempts == ["tensorrt", "torch", "tensorrt"]
+
+
 def test_bound_runner_survives_release(tiny_spec, monkeypatch):
     """Stage unloading (release) must not leave cached callables pointing at a released runner."""
     fresh = loader_mod.EngineLoader()

@@ -42,7 +42,9 @@ def test_assets_reassembled_and_verified(assets):
 
 
 def graph_rewrite_sha(path):
-    return kassets._sha256_file(path)
+    from digital_human.assets.pypi_fetch import sha256_file
+
+    return sha256_file(path)
 
 
 def test_missing_part_names_the_package(tmp_path, monkeypatch):

@@ -53,6 +53,31 @@ def test_temporal_smooth_leaves_outside_of_face_untouched(clip, setup_models):
         TemporalSmooth().smooth(images[:10], fps=fps, faces=faces)
 
 
+def test_temporal_smooth_falls_back_to_the_cpu_when_the_gpu_is_full(clip, monkeypatch):
+    """A box too large for the GPU must not fail the node: the same filter runs with numpy instead."""
+    import torch
+
+    from digital_human.media import smoothing
+
+    frames, fps, _, _ = clip
+    images = uint8_to_image(frames[:12])
+    expected, _ = TemporalSmooth().smooth(images, fps=fps)  # no CUDA here: numpy
+    real = smoothing.smooth_frames
+    devices = []
+
+    def gpu_full(*args, device=None, **kwargs):
+        devices.append(device)
+        if device == "cuda":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        return real(*args, device=device, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(smoothing, "smooth_frames", gpu_full)
+    got, report = TemporalSmooth().smooth(images, fps=fps)
+    assert devices == ["cuda", None] and "(cpu)" in report
+    assert torch.equal(got, expected)
+
+
 def test_video_mux_odd_size_probes_and_previews(tmp_path, monkeypatch, clip):
     monkeypatch.setenv("DIGITAL_HUMAN_OUTPUT_DIR", str(tmp_path))
     frames, fps, wave, rate = clip

@@ -158,12 +158,6 @@ def _wave_and_rate(reference: Any) -> tuple[np.ndarray, int]:
     return np.asarray(wave, np.float32), int(rate)
 
 
-def reference_ltas(reference: Any) -> np.ndarray:
-    """Long-term spectrum of a reference clip: a PreparedAudio (waveform, sample_rate) or a (wave, rate) pair."""
-    wave, rate = _wave_and_rate(reference)
-    return sm.long_term_spectrum(wave, rate, sm.N_BANDS).astype(np.float32)
-
-
 def reference_spectra(reference: Any = None, extras: dict | None = None) -> dict[str, np.ndarray]:
     """domain -> long-term spectrum of the reference (from the audio, else as stored on the profile)."""
     if reference is not None:

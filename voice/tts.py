@@ -65,14 +65,6 @@ class VoiceChoice:
     formant: float = 1.0
 
 
-def voice_pack_for(speaker: SpeakerProfile | None, base_voice: str = "auto",
-                   strength: float = 1.0) -> tuple[np.ndarray, float, str]:
-    """(voice pack [rows,1,256], f0 scale, label): the imitated voice when the speaker carries one,
-    else a bundled voice at its own pitch."""
-    choice = _voice_for(speaker, base_voice, strength)
-    return choice.pack, choice.f0_scale, choice.label
-
-
 def _voice_for(speaker: SpeakerProfile | None, base_voice: str, strength: float) -> VoiceChoice:
     """The imitated voice (pack, pitch, formants, EQ, all scaled by strength) or a bundled voice."""
     voices = bundled_voices()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .detect import FaceBox, _check_image, warp_affine
+from .detect import FaceBox, _check_image, engine_runner, warp_affine
 
 if TYPE_CHECKING:
     from ..spec import ModelSpec
@@ -259,21 +259,12 @@ def detector_spec(pack: str) -> ModelSpec:
                      input_names=(input_name,), output_names=tuple(output_names))
 
 
-def _engine_runner(spec: ModelSpec, backend: str) -> Callable[[np.ndarray], dict]:
-    """The one place that runs the graph (engine loader: ONNX Runtime on CPU, TensorRT/torch on GPU)."""
-    from .. import loader
-
-    runner = loader.bound(spec, backend=backend, precision="auto", stage="face")  # survives release("face")
-    name = spec.input_names[0]
-    return lambda batch: runner({name: np.ascontiguousarray(batch, np.float32)})
-
-
 @lru_cache(maxsize=4)
 def insightface_detector(pack: str, backend: str = "auto") -> Detector:
     """A detector `image (H, W, 3) uint8 RGB -> list[FaceBox]` (best score first, image pixels) from
     the user's insightface pack. The graph is checked twice: its I/O signature from the file, then
     the output shapes of one blank 640x640 run, so a wrong file fails here and not mid-video."""
-    run = _engine_runner(detector_spec(pack), backend)
+    run = engine_runner(detector_spec(pack), backend)  # the loader's bound runner: survives release("face")
     sort_outputs(run(np.zeros((1, 3, INPUT_SIZE, INPUT_SIZE), np.float32)))  # raises on a wrong head layout
 
     def detect(image: np.ndarray) -> list[FaceBox]:

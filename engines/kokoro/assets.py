@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ...assets.pypi_fetch import sha256_file as _sha256_file  # noqa: F401 (re-hash checks in tests and GPU set-up)
 from ...paths import model_dir
 
 SAMPLE_RATE = 24000

@@ -35,6 +35,14 @@ OUTPUT_NAMES = ("region",)
 MAX_BATCH = 64
 
 
+def _autocast_enabled(device_type: str) -> bool:
+    """torch.is_autocast_enabled(device_type) exists from torch 2.4; the pack supports >= 2.1."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4: per-device query functions
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+
+
 @dataclass(frozen=True)
 class GeneratorConfig:
     crop_size: int = 256
@@ -162,7 +170,7 @@ class CloneGenerator(nn.Module):
         generator is frozen at a constant white mouth (the H200 run's identical metrics). In FP32 the
         gradient stays non-zero up to x ~ 17, so training can pull the output back. Outside autocast
         (FP32 training, ONNX export, the FP16 engine path) this is the plain conv + sigmoid."""
-        if torch.is_autocast_enabled(x.device.type):
+        if _autocast_enabled(x.device.type):
             with torch.autocast(device_type=x.device.type, enabled=False):
                 return torch.sigmoid(self.head(x.float()))
         return torch.sigmoid(self.head(x))

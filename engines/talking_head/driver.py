@@ -64,15 +64,10 @@ class GeneratedCrops:
     def mask_stack(self, start: int, stop: int) -> np.ndarray:
         return np.stack([self.masks[int(r)] for r in self.idx[start:stop]])
 
-    def output_track(self, frames: np.ndarray | None = None) -> FaceTrack:
-        """The DH_FACES of the output (scheduled reference arrays, generated crops, output landmarks);
-        `frames` None = the scheduled reference frames (a copy)."""
-        sched = schedule_track(self.track, self.idx, self.fps) if frames is None else replace(
-            self.track, frames=frames, fps=self.fps, found=self.track.found[self.idx],
-            boxes=self.track.boxes[self.idx], landmarks=self.track.landmarks[self.idx],
-            affines=self.track.affines[self.idx], presence=self.track.presence[self.idx],
-            crops=self.track.crops[self.idx], warnings=list(self.track.warnings), scene_cuts=[],
-            interpolated_count=int(np.count_nonzero(~self.track.found[self.idx])))
+    def output_track(self, frames: np.ndarray) -> FaceTrack:
+        """The DH_FACES of the output: the scheduled reference arrays with `frames` (the pasted output),
+        the generated crops and the output landmarks."""
+        sched = schedule_track(self.track, self.idx, self.fps, frames=frames)
         lms = sched.landmarks if self.landmarks is None else np.asarray(self.landmarks, np.float32)
         return replace(sched, crops=self.crops, landmarks=lms, warnings=list(sched.warnings) + self.warnings)
 
@@ -147,14 +142,16 @@ def frame_schedule(n_ref: int, n_out: int, mode: str = "ping-pong", src_fps: flo
     return np.where(q < n_ref, q, period - q).astype(np.int64)
 
 
-def schedule_track(track: FaceTrack, indices: np.ndarray, fps: float | None = None) -> FaceTrack:
+def schedule_track(track: FaceTrack, indices: np.ndarray, fps: float | None = None,
+                   frames: np.ndarray | None = None) -> FaceTrack:
     """A FaceTrack whose per-frame arrays follow `indices` (frames are views-by-copy of the
-    reference frames; memory grows with the output length). `fps`: the output clock."""
+    reference frames; memory grows with the output length). `fps`: the output clock. `frames`:
+    use these (already scheduled) frames instead of copying the reference's."""
     idx = np.asarray(indices, np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= len(track)):
         raise ValueError(f"schedule indices must be in 0..{len(track) - 1}, got {idx.min()}..{idx.max()}")
-    return replace(track, frames=track.frames[idx], fps=float(fps or track.fps), found=track.found[idx],
-                   boxes=track.boxes[idx], landmarks=track.landmarks[idx], affines=track.affines[idx],
+    return replace(track, frames=track.frames[idx] if frames is None else frames, fps=float(fps or track.fps),
+                   found=track.found[idx], boxes=track.boxes[idx], landmarks=track.landmarks[idx], affines=track.affines[idx],
                    presence=track.presence[idx], crops=track.crops[idx], warnings=list(track.warnings),
                    scene_cuts=[], interpolated_count=int(np.count_nonzero(~track.found[idx])))
 
