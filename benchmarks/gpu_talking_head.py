@@ -109,18 +109,20 @@ class HeldOut:
     def wave_for(self, n: int) -> np.ndarray:
         return self.wave[: int(round(n / self.fps * 16000))]
 
-    def generate_regions(self, model, n: int, batch: int = 64) -> np.ndarray:
+    def generate_regions(self, model, n: int, batch: int = 64, reference: np.ndarray | None = None) -> np.ndarray:
         """uint8 [n, 3, h, w] generated regions for the first n frames, from the model's CURRENT weights
-        in FP32 (no autocast), exactly as inference would see them."""
+        in FP32 (no autocast), exactly as inference would see them. reference: [1, 3, h, w] region
+        (default: the avatar's neutral frame)."""
         import torch
 
         dev = next(model.parameters()).device
+        reference = self.reference if reference is None else reference
         out = []
         with torch.inference_mode():
             for s in range(0, n, batch):
                 e = min(s + batch, n)
                 src = torch.from_numpy(self.sources[s:e]).to(dev).float() / 255
-                ref = torch.from_numpy(self.reference).to(dev).float().expand_as(src) / 255
+                ref = torch.from_numpy(reference).to(dev).float().expand_as(src) / 255
                 aud = torch.from_numpy(self.windows[s:e]).to(dev).float()
                 out.append((model(src, ref, aud).float().clamp(0, 1) * 255).round().byte().cpu().numpy())
         return np.concatenate(out)
@@ -132,20 +134,23 @@ class HeldOut:
         regions = self.generate_regions(model, n, batch)
         return blend_in_crop(self.crops[:n], regions_into_crops(self.crops[:n], regions, self.config), self.masks[:n])
 
+    def landmarks(self, regions: np.ndarray) -> np.ndarray:
+        """Face mesh re-measured on the first len(regions) crops with these generated regions pasted."""
+        from digital_human.engines.talking_head.clone_model import regions_into_crops
+        from digital_human.vision.lipsync_metrics import remeasure_landmarks
+
+        n = len(regions)
+        crops = blend_in_crop(self.crops[:n], regions_into_crops(self.crops[:n], regions, self.config), self.masks[:n])
+        return remeasure_landmarks(crops, self.lms[:n], self.run_mesh)
+
     def score(self, model, n: int | None = None) -> dict:
         """Lip scores of the model on the first n frames of 01b (all by default), plus statistics of the
         generated hole (mean, std over frames and pixels, fraction at 0 or 255: a saturated generator
         shows std ~0 / saturation ~1 here) and the baseline MLD of the same frames."""
-        from digital_human.vision.lipsync_metrics import remeasure_landmarks
-
         n = len(self.crops) if n is None else min(int(n), len(self.crops))
         regions = self.generate_regions(model, n)
         hole = regions[:, :, self.config.hole_row():].astype(np.float32) / 255
-        from digital_human.engines.talking_head.clone_model import regions_into_crops
-
-        crops = blend_in_crop(self.crops[:n], regions_into_crops(self.crops[:n], regions, self.config), self.masks[:n])
-        row = lip_scores(remeasure_landmarks(crops, self.lms[:n], self.run_mesh), self.real[:n], self.wave_for(n),
-                         16000, self.fps)
+        row = lip_scores(self.landmarks(regions), self.real[:n], self.wave_for(n), 16000, self.fps)
         row.update(frames=n, baseline_mld=self.baseline_for(n)["mld"], hole_mean=float(hole.mean()),
                    hole_std=float(hole.std()), hole_frame_std=float(hole.std(axis=0).mean()),
                    hole_saturated=float(((hole <= 0) | (hole >= 1)).mean()))
@@ -173,7 +178,9 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
     reached: dict = {}
     losses: list[tuple[int, float]] = []
     t0 = time.perf_counter()
-    result: dict = {"config": config.to_dict(), "amp": not args.no_amp, "baseline_a": held.baseline,
+    result: dict = {"config": config.to_dict(), "amp": not args.no_amp, "seed": args.seed,
+                    "shape_weight": args.shape_weight, "audio_dropout": args.audio_dropout,
+                    "mouth_weight": args.mouth_weight, "augment_audio": args.augment_audio, "baseline_a": held.baseline,
                     "eval_frames": sub, "baseline_a_eval_frames": held.baseline_for(sub), "curve": curve,
                     "loss_curve": losses, "target_reached": False, "reached_at": None,
                     "footage_seconds": len(data.usable) / data.fps}
@@ -207,7 +214,8 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
 
     fit = fit_clone(data, config, steps=args.steps, time_budget_s=args.budget, device=args.device,
                     batch_size=args.batch, monitor=monitor, monitor_every=args.eval_every, amp=not args.no_amp,
-                    augment_audio=args.augment_audio,
+                    augment_audio=args.augment_audio, seed=args.seed, shape_weight=args.shape_weight,
+                    audio_dropout=args.audio_dropout, mouth_weight=args.mouth_weight,
                     progress=lambda s, n, l: losses.append((s, l)) if s % 50 == 0 else None,
                     status=lambda text: print(text, flush=True))
     te = time.perf_counter()
@@ -215,12 +223,51 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
     final.update(step=fit.steps, train_s=fit.seconds, loss=fit.loss, eval_s=time.perf_counter() - te,
                  mld_vs_baseline=final["mld"] / base - 1)
     print(line(final, "final"), flush=True)
+    if args.dump:  # before save_generator, which moves the model to the CPU
+        dump_for_analysis(pack, held, fit.model, data, out_dir, run_mesh)
     save_generator(fit.model.float().cpu(), out_dir / "clone_01a.safetensors")
     result.update(device=fit.device, steps=fit.steps, train_seconds=fit.seconds, final_loss=fit.loss, final=final,
                   skipped_steps=fit.skipped, zero_grad_steps=fit.dead_steps,
                   final_meets_target=meets_target(final, base))
     save()
     return result
+
+
+def dump_for_analysis(pack: dict, held: "HeldOut", model, data, out_dir: Path, run_mesh) -> None:
+    """landmarks.npz (re-measured landmark subsets of real 01b, baseline (a), the clone with the avatar's neutral
+    reference and with 01b's own neutral frame as reference, the clone and the real frames on 01a) and the
+    weights in FP16 (the FP32 file is over the device's 16 MiB return limit) for CPU-side analysis."""
+    from safetensors.torch import save_file
+
+    from digital_human.engines.talking_head.clone_model import crops_to_regions
+    from digital_human.engines.talking_head.train_avatar import pick_neutral_frame
+    from digital_human.vision.lipsync_metrics import remeasure_landmarks
+
+    n = len(held)
+    b_usable = np.flatnonzero(pack["b_found"][:n])
+    b_neutral = pick_neutral_frame(held.lms, b_usable)
+    ref_b = crops_to_regions(held.crops[b_neutral][None], held.config)
+    base = blend_in_crop(held.crops, np.broadcast_to(held.neutral_crop, held.crops.shape), held.masks)
+    arrays = {"real_b": held.real, "base_b": remeasure_landmarks(base, held.lms, run_mesh),
+              "clone_b": held.landmarks(held.generate_regions(model, n)),
+              "clone_b_refb": held.landmarks(held.generate_regions(model, n, reference=ref_b)),
+              "b_neutral": np.array(b_neutral), "a_neutral": np.array(data.neutral)}
+    a_held = HeldOut({**pack, "b_crops": pack["a_crops"], "b_landmarks": pack["a_landmarks"],
+                      "b_windows": pack["a_windows"], "b_wave16k": pack["a_wave16k"], "b_fps": pack["a_fps"]},
+                     held.config, run_mesh, held.neutral_crop, None)
+    arrays.update(real_a=a_held.real, clone_a=a_held.landmarks(a_held.generate_regions(model, len(a_held))))
+    # the metrics' points only (lips, rigid alignment points, eye corners), x/y: the whole mesh of
+    # ~4,800 frames would be over the device's return limit
+    from digital_human.vision.align import TEMPLATE_INDEX
+    from digital_human.vision.lipsync_metrics import MOUTH_POINTS, RIGHT_EYE_OUTER, LEFT_EYE_OUTER
+
+    points = np.array(sorted(set(MOUTH_POINTS) | {int(i) for i in TEMPLATE_INDEX} | {RIGHT_EYE_OUTER, LEFT_EYE_OUTER}))
+    small = {k: (np.asarray(v, np.float32)[:, points, :2] if np.ndim(v) == 3 else np.asarray(v)) for k, v in arrays.items()}
+    np.savez_compressed(out_dir / "landmarks.npz", points=points, **small)
+    state = {k: v.detach().half().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(out_dir / "clone_01a_fp16.safetensors"),
+              metadata={"config": json.dumps(held.config.to_dict()), "model": "clone"})
+    print(f"dumped landmarks.npz and FP16 weights to {out_dir}", flush=True)
 
 
 def write_report(out_dir: Path, report: dict) -> None:
@@ -318,6 +365,13 @@ def main() -> None:
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny model, few frames and steps")
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--seed", type=int, default=0, help="training seed")
+    # the recipe's three regularisers (fit_clone's defaults; the recipe before 2026-11-29's third run: 0 / 0 / 4)
+    ap.add_argument("--shape-weight", type=float, default=0.2, help="fit_clone's lip-shape loss weight")
+    ap.add_argument("--audio-dropout", type=float, default=0.3, help="fit_clone's audio-embedding dropout")
+    ap.add_argument("--mouth-weight", type=float, default=10.0, help="clone_loss's extra weight on the mouth box")
+    ap.add_argument("--dump", action="store_true",
+                    help="also write landmarks.npz and FP16 weights for CPU-side analysis")
     args = ap.parse_args()
     if args.tiny:
         args.steps, args.budget, args.eval_every, args.batch = args.steps or 6, None, 3, args.batch or 4

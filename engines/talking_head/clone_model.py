@@ -142,8 +142,14 @@ class CloneGenerator(nn.Module):
         hole = torch.zeros(1, 1, y1 - y0, x1 - x0)
         hole[:, :, config.hole_row():] = 1.0
         self.register_buffer("hole", hole, persistent=False)
+        self.audio_dropout = 0.0  # set by fit_clone; not part of the weights or the exported graph
 
     def forward(self, source: torch.Tensor, reference: torch.Tensor, audio: torch.Tensor) -> torch.Tensor:
+        return self.forward_parts(source, reference, audio)[0]
+
+    def forward_parts(self, source: torch.Tensor, reference: torch.Tensor,
+                      audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(region, audio embedding): training supervises the embedding too (train_avatar's shape loss)."""
         hole = self.hole.to(source.dtype)
         masked = source * (1.0 - hole)
         x = self.stem(torch.cat([masked, reference], dim=1) - 0.5)
@@ -152,6 +158,9 @@ class CloneGenerator(nn.Module):
             x = block(x)
             skips.append(x)
         a = self.audio(audio)
+        embedding = a
+        if self.training and self.audio_dropout > 0:  # training-time regulariser; a no-op in eval/ONNX
+            a = F.dropout(a, self.audio_dropout, training=True)
         x = self.film_b(skips.pop(), a)
         x = self.mid(torch.cat([x, a[:, :, None, None].expand(-1, -1, x.shape[2], x.shape[3])], dim=1))
         for i, block in enumerate(self.up):
@@ -161,7 +170,7 @@ class CloneGenerator(nn.Module):
             if i == 0:
                 x = self.film_d(x, a)
         out = self._head(x)
-        return masked + hole * out.to(masked.dtype)
+        return masked + hole * out.to(masked.dtype), embedding
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         """Last conv + sigmoid, in FP32 under autocast. In bf16 sigmoid(x) rounds to exactly 1.0 for

@@ -8,7 +8,10 @@ frame, which is what inference uses. The generator sees the target with its lowe
 
 Losses (no pretrained networks are available offline): L1 over the hole with extra weight on the
 mouth box of the target's landmarks (the lips are a small part of the hole but all of the metric),
-plus 1 - SSIM over the hole for structure (teeth/lip edges that plain L1 blurs).
+plus 1 - SSIM over the hole for structure (teeth/lip edges that plain L1 blurs), plus a lip-shape
+loss on the audio embedding (a training-only linear head predicts the target's lip-landmark PCA
+coefficients: geometry is a low-dimensional target that carries over to unseen speech better than
+pixels alone); the audio embedding is dropped out in training.
 
 Runs on CUDA (bf16 autocast) or CPU (FP32 by default, slowly; a time estimate is reported after a
 few steps). Stability (the first H200 run froze at a constant output - see clone_model's `_head`):
@@ -66,6 +69,7 @@ class CloneData:
     usable: np.ndarray         # int64 indices of frames with a found face (targets and references)
     neutral: int               # index of the neutral reference frame
     fps: float
+    mouth_shapes: np.ndarray | None = None  # float32 [N, 2 * len(MOUTH_POINTS)] lip points in region pixels
 
     def fingerprint(self) -> str:
         h = hashlib.sha256()
@@ -105,6 +109,25 @@ def mouth_boxes(crop_landmarks: np.ndarray, config: GeneratorConfig, grow: float
     return np.stack([lo[:, 1] - y0, hi[:, 1] - y0, lo[:, 0] - x0, hi[:, 0] - x0], axis=1).astype(np.float32)
 
 
+def mouth_shapes(crop_landmarks: np.ndarray, config: GeneratorConfig) -> np.ndarray:
+    """[N, 2 * len(MOUTH_POINTS)] lip landmarks (x, y) in region pixels: the shape loss's targets."""
+    y0, _, x0, _ = config.region_box()
+    pts = np.asarray(crop_landmarks, np.float64)[:, list(MOUTH_POINTS), :2] - np.array([x0, y0], np.float64)
+    return pts.reshape(len(pts), -1).astype(np.float32)
+
+
+def shape_components(shapes: np.ndarray, usable: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean [D], basis [k, D], scale [k]) of the footage's lip shapes (PCA): the shape loss predicts
+    the first k whitened coefficients, so the opening (the first component) and the next few shape
+    changes count alike and head-size units drop out."""
+    x = np.asarray(shapes, np.float64)[usable]
+    mean = x.mean(0)
+    _, sv, vt = np.linalg.svd(x - mean, full_matrices=False)
+    k = int(min(k, len(sv)))
+    scale = np.maximum(sv[:k] / np.sqrt(max(len(x) - 1, 1)), 1e-6)
+    return mean.astype(np.float32), vt[:k].astype(np.float32), scale.astype(np.float32)
+
+
 def crops_at_size(track: FaceTrack, size: int) -> tuple[np.ndarray, np.ndarray]:
     """(crops uint8 [N, size, size, 3], crop landmarks [N, 468, 2]) at `size` px, re-warped from the
     source frames when the track was aligned at another crop size (same geometry, scaled)."""
@@ -124,7 +147,8 @@ def prepare_data(crops: np.ndarray, crop_landmarks: np.ndarray, found: np.ndarra
     usable = np.flatnonzero(np.asarray(found, bool)[: len(windows)])
     return CloneData(regions=crops_to_regions(crops, config), windows=np.asarray(windows, np.float32),
                      mouth_boxes=mouth_boxes(crop_landmarks, config), usable=usable.astype(np.int64),
-                     neutral=pick_neutral_frame(crop_landmarks, usable), fps=float(fps))
+                     neutral=pick_neutral_frame(crop_landmarks, usable), fps=float(fps),
+                     mouth_shapes=mouth_shapes(crop_landmarks, config))
 
 
 def check_footage(track: FaceTrack, audio: np.ndarray | None, sample_rate: int | None,
@@ -249,7 +273,9 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
               checkpoint_path=None, checkpoint_every: int = 250, resume: bool = True,
               monitor: Callable[[CloneGenerator, int, float, float], bool | None] | None = None,
               monitor_every: int = 0, amp: bool | None = None, warmup_steps: int = 100,
-              clip_grad_norm: float = 1.0, max_bad_steps: int = 50, augment_audio: float = 1.0) -> FitResult:
+              clip_grad_norm: float = 1.0, max_bad_steps: int = 50, augment_audio: float = 1.0,
+              shape_weight: float = 0.2, shape_components_k: int = 8, audio_dropout: float = 0.3,
+              mouth_weight: float = 10.0) -> FitResult:
     """Train (or continue training) the generator on prepared data. Stops at `steps` total steps or
     after `time_budget_s` seconds of training (whichever first), or when `monitor` returns True.
 
@@ -260,8 +286,16 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     steps training stops with a RuntimeError instead of burning the budget on a frozen model.
     augment_audio: strength of the training audio windows' jitter (augment_windows; 0 = off), so the mouth is learned from
     what the words share rather than from one recording's exact spectra (H200, 5 minutes on 01a, held-out
-    01b: mouth-landmark distance -23.6% vs baseline (a) with it, -21.0% without; benchmarks/RESULTS.md)."""
+    01b: mouth-landmark distance -23.6% vs baseline (a) with it, -21.0% without; benchmarks/RESULTS.md).
+    shape_weight: weight of the lip-shape loss - a training-only linear read-out of the audio embedding
+    predicts the target frame's first `shape_components_k` whitened PCA coefficients of its lip landmarks
+    (shape_components), so the embedding carries the mouth's geometry explicitly. audio_dropout: dropout on
+    the audio embedding where it enters the U-Net (training only). mouth_weight: extra L1 weight on the
+    mouth box. These three defaults (0.2 / 0.3 / 10; before: 0 / 0 / 4) gave -27.1% mean over four 150-s H200
+    runs against -25.3% over two of the old recipe, and the mouth opening's correlation with the real one
+    0.41-0.46 against 0.32-0.37 (benchmarks/RESULTS.md; run-to-run spread is ~+-2 points)."""
     import torch
+    import torch.nn.functional as F
 
     dev = resolve_device(device)
     if steps is not None and int(steps) < 1:
@@ -284,15 +318,29 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     if dev == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: let cuDNN pick the fastest kernels
     model = CloneGenerator(config).to(dev)
+    model.audio_dropout = float(audio_dropout)
+    shape_head = None
+    if shape_weight > 0:
+        if data.mouth_shapes is None:
+            raise ValueError("shape_weight > 0 needs CloneData.mouth_shapes (prepare_data fills it)")
+        s_mean, s_basis, s_scale = shape_components(data.mouth_shapes, data.usable, shape_components_k)
+        coeffs = ((data.mouth_shapes - s_mean) @ s_basis.T) / s_scale  # whitened PCA coefficients
+        shape_targets = torch.from_numpy(coeffs.astype(np.float32)).to(dev)
+        # training-only linear read-out of the audio embedding: pushes the embedding to carry the lip
+        # shape explicitly (a low-dimensional target that generalises better than pixels alone)
+        shape_head = torch.nn.Linear(config.audio_dim, len(s_scale)).to(dev)
     # beta1 0.9 (not the GAN-style 0.5): a plain regression loss, and momentum damps the noisy
     # per-batch gradients of a small batch that otherwise make single large steps
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.999))
-    fingerprint = f"{data.fingerprint()}|{config}"
+    trained = list(model.parameters()) + (list(shape_head.parameters()) if shape_head is not None else [])
+    opt = torch.optim.Adam(trained, lr=lr, betas=(0.9, 0.999))
+    fingerprint = f"{data.fingerprint()}|{config}" + (f"|shape{shape_weight:g}x{shape_components_k}" if shape_head else "")
     step, elapsed, ema, history = 0, 0.0, None, []
     if resume and checkpoint_path is not None and checkpoint_path.is_file():
         state = torch.load(checkpoint_path, map_location=dev, weights_only=True)
         if state.get("fingerprint") == fingerprint:
             model.load_state_dict(state["model"])
+            if shape_head is not None:
+                shape_head.load_state_dict(state["shape_head"])
             opt.load_state_dict(state["opt"])
             step, elapsed, ema = int(state["step"]), float(state["elapsed"]), float(state["loss"])
             rng = np.random.default_rng(seed + step)
@@ -305,6 +353,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
             return
         tmp = checkpoint_path.with_name(checkpoint_path.name + ".partial")
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
+                    **({"shape_head": shape_head.state_dict()} if shape_head is not None else {}),
                     "loss": float(ema if ema is not None else float("nan")), "fingerprint": fingerprint}, tmp)
         tmp.replace(checkpoint_path)
 
@@ -319,7 +368,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     autocast = torch.autocast(dev, dtype=torch.bfloat16, enabled=use_amp)  # follows the device: CPU runs
     # can exercise the same bf16 path (amp=True) that CUDA training takes
     no_autocast = torch.autocast(dev, enabled=False)
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in trained if p.requires_grad]
     skipped = dead = bad_run = 0
     total = int(steps) if steps is not None else None
     start_step, t0 = step, time.perf_counter()
@@ -351,9 +400,11 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         reference = (regions[ri].float() / 255.0 * gain).clamp(0, 1)
         audio = augment_windows(windows[ti], augment_audio) if augment_audio > 0 else windows[ti]
         with autocast:
-            pred = model(target, reference, audio)
+            pred, embedding = model.forward_parts(target, reference, audio)
         with no_autocast:  # SSIM's variance terms (E[x^2] - E[x]^2) cancel badly in low precision
-            loss, l1 = clone_loss(pred.float(), target, hole, boxes[ti])
+            loss, l1 = clone_loss(pred.float(), target, hole, boxes[ti], mouth_weight=mouth_weight)
+            if shape_head is not None:
+                loss = loss + shape_weight * F.mse_loss(shape_head(embedding.float()), shape_targets[ti])
         opt.zero_grad(set_to_none=True)
         loss.backward()  # a NaN loss gives NaN gradients; they are dropped below, never applied
         gnorm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm if clip_grad_norm else float("inf"))
