@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .atomic_file import atomic_path
+
 log = logging.getLogger("digital_human")
 
 
@@ -111,9 +113,8 @@ def _cmd_align(args: argparse.Namespace) -> dict[str, Any]:
     preview_path = Path(args.preview) if args.preview else out.with_suffix(".png")
     crops = image_to_uint8(preview)
     picks = crops[np.linspace(0, len(crops) - 1, min(8, len(crops))).astype(int)]
-    partial = preview_path.with_name(f".{preview_path.name}.partial")
-    Image.fromarray(np.concatenate(list(picks), axis=1)).save(partial, format="PNG")
-    partial.replace(preview_path)  # no half-written preview if the process dies
+    with atomic_path(preview_path) as partial:  # no half-written preview if the process dies
+        Image.fromarray(np.concatenate(list(picks), axis=1)).save(partial, format="PNG")
     return {"outputs": [str(out), str(preview_path)], "backend": _loaded("face"), "timings": timer.seconds,
             "frames": len(frames), "found": int(faces.found.sum()), "interpolated": int(faces.interpolated_count),
             "warnings": faces.warnings, "report": report}

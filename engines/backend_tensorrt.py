@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..atomic_file import write_bytes_atomic
 from .cache_keys import engine_file_name
 from .runner import Runner, RunnerInfo
 from .spec import ModelSpec
@@ -90,15 +91,9 @@ def build_engine(trt: Any, spec: ModelSpec, precision: str, engine_path: Path) -
         raise RuntimeError(f"TensorRT failed to build an engine for {spec.name} (see the TensorRT log above)")
     log.info("built TensorRT engine %s in %.1f s", engine_path.name, time.perf_counter() - start)
     data = bytes(serialized)
-    _atomic_write(engine_path, data)
-    _atomic_write(timing_path, bytes(config.get_timing_cache().serialize()))
+    write_bytes_atomic(engine_path, data)
+    write_bytes_atomic(timing_path, bytes(config.get_timing_cache().serialize()))
     return data
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def load_or_build(trt: Any, spec: ModelSpec, precision: str, engine_path: Path) -> tuple[Any, bool]:

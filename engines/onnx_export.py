@@ -9,6 +9,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..atomic_file import atomic_path
+
 log = logging.getLogger(__name__)
 
 
@@ -33,15 +35,12 @@ def export_onnx(module: Any, example_inputs: Sequence[Any], path: Path, input_na
     import torch
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
     module = module.eval()
-    with warnings.catch_warnings(), torch.no_grad():
+    with atomic_path(path) as tmp, warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the exporter's deprecation and RNN batch notes are expected
         torch.onnx.export(module, tuple(example_inputs), str(tmp), input_names=list(input_names),
                           output_names=list(output_names), dynamic_axes=dynamic_axes or {},
                           opset_version=opset, dynamo=False)
-    tmp.replace(path)
     return path
 
 

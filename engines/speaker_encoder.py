@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..atomic_file import write_bytes_atomic
 from ..paths import model_dir
 
 log = logging.getLogger(__name__)
@@ -197,16 +198,7 @@ def build_onnx(state: dict[str, np.ndarray], path: Path) -> None:
     helper.set_model_props(model, {"source": f"{WHEEL_REQUIREMENT}:{WHEEL_MEMBER}", "licence": LICENCE,
                                    "frontend": "librosa mel power, sr16000 nfft400 hop160 40 mels"})
     onnx.checker.check_model(model, full_check=True)
-    _atomic_write(path, model.SerializeToString())
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    # An interrupted setup must never leave a truncated model that later looks valid.
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        tmp.write(data)
-        tmp_path = Path(tmp.name)
-    tmp_path.chmod(0o644)  # NamedTemporaryFile creates 0600; models are shared, read-only data
-    tmp_path.replace(path)
+    write_bytes_atomic(path, model.SerializeToString())
 
 
 def install_ge2e_weights(wheel_dir: Path | None = None, force: bool = False) -> Path:
@@ -237,7 +229,7 @@ def install_ge2e_weights(wheel_dir: Path | None = None, force: bool = False) -> 
             raise AssetFetchError(f"{WHEEL_MEMBER} has no 'model_state'; is it resemblyzer 0.1.4?")
         state = check_state_dict(checkpoint["model_state"], WHEEL_MEMBER)
         arrays = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in state.items()}
-    _atomic_write(st_path, save(arrays, metadata={"source": f"{WHEEL_REQUIREMENT}:{WHEEL_MEMBER}",
+    write_bytes_atomic(st_path, save(arrays, metadata={"source": f"{WHEEL_REQUIREMENT}:{WHEEL_MEMBER}",
                                                   "licence": LICENCE}))
     build_onnx(arrays, onnx_path)
     diff = ge2e_parity(folder=folder)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic_file import atomic_path
+
 NPZ_VERSION = 1
 
 
@@ -108,13 +110,9 @@ class FaceTrack:
         if include_frames:
             arrays["frames"] = self.frames
         final = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
-        partial = final.with_name(f".{final.name}.partial")
-        try:  # through a temporary name: a crash never leaves a truncated track that looks valid
-            with open(partial, "wb") as handle:
-                np.savez_compressed(handle, **arrays)
-            partial.replace(final)
-        finally:
-            partial.unlink(missing_ok=True)
+        # through a temporary name: a crash never leaves a truncated track that looks valid
+        with atomic_path(final) as partial, open(partial, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
         return final
 
     @classmethod

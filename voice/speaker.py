@@ -13,12 +13,13 @@ import hashlib
 import itertools
 import logging
 import math
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from ..atomic_file import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +120,8 @@ class SpeakerProfile:
     def save_npz(self, path: str | Path) -> Path:
         """Write to `path` (atomically: a crash never leaves a half-written voice file)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".npz",
-                                         delete=False) as tmp:
-            np.savez(tmp, **self.to_arrays())
-            tmp_path = Path(tmp.name)
-        tmp_path.chmod(0o644)  # NamedTemporaryFile creates 0600; a saved voice is a normal file
-        tmp_path.replace(path)
+        with atomic_path(path) as tmp, open(tmp, "wb") as handle:  # a handle: np.savez adds no suffix
+            np.savez(handle, **self.to_arrays())
         return path
 
     @classmethod

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...atomic_file import atomic_path
 from ..onnx_export import ParityReport, export_onnx, parity
 from ..spec import ModelSpec, TensorProfile
 
@@ -201,10 +202,9 @@ def save_generator(model: CloneGenerator, path: Path) -> Path:
     from safetensors.torch import save_file
 
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.partial")
     state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(tmp), metadata={"config": json.dumps(model.config.to_dict()), "model": "clone"})
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp), metadata={"config": json.dumps(model.config.to_dict()), "model": "clone"})
     return path
 
 
