@@ -178,25 +178,18 @@ def random_avatar(face_image) -> str:
     """A clone avatar of the photo with random generator weights (seeded), for speed runs only."""
     import torch
 
-    from digital_human.engines.talking_head.avatar_store import avatar_dir, write_meta, write_reference
-    from digital_human.engines.talking_head.clone_model import (CloneGenerator, GeneratorConfig,
-                                                                export_generator_onnx, save_generator)
     from digital_human.engines.talking_head.audio_features import MelConfig
+    from digital_human.engines.talking_head.avatar_store import save_avatar
+    from digital_human.engines.talking_head.clone_model import CloneGenerator, GeneratorConfig
     from digital_human.nodes.video_nodes import FaceAlign
 
     faces, _, _ = FaceAlign().align(face_image, 25.0)
     config = GeneratorConfig(crop_size=faces.crop_size)
     torch.manual_seed(0)
-    model = CloneGenerator(config).eval()
-    folder = avatar_dir(RANDOM_AVATAR, create=True)
-    save_generator(model, folder / "generator.safetensors")
-    export_generator_onnx(model, folder / "generator.onnx", check=False)
-    write_reference(folder, faces.crops[0], faces.crop_landmarks()[0])
-    write_meta(folder, {"name": RANDOM_AVATAR, "model": "clone", "crop_size": config.crop_size,
-                        "generator": config.to_dict(), "audio_features": MelConfig().to_dict(), "steps": 0,
-                        "loss": float("nan"), "note": "random weights: speed benchmarks only",
-                        "neutral_frame": 0, "frames": 1, "source_fps": 25.0, "train_seconds": 0.0,
-                        "device": "none", "seed": 0, "footage_seconds": 0.0, "date": "", "onnx_parity_max_abs": None})
+    save_avatar(CloneGenerator(config), RANDOM_AVATAR, faces.crops[0], faces.crop_landmarks()[0], MelConfig(),
+                {"steps": 0, "loss": float("nan"), "note": "random weights: speed benchmarks only", "neutral_frame": 0,
+                 "frames": 1, "source_fps": 25.0, "train_seconds": 0.0, "device": "none", "seed": 0,
+                 "footage_seconds": 0.0, "date": ""}, check_onnx=False)
     return f"clone:{RANDOM_AVATAR}"
 
 

@@ -139,6 +139,23 @@ def frame_masks(track, crop_masks: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.stack([warp_image(m, a, w, h, border="zero") for m, a in zip(crop_masks, inv)])
 
 
+def avatar_from_weights(weights: Path, track_a, name: str):
+    """An avatar of 01a around generator weights trained elsewhere (gpu_talking_head.py --dump writes
+    them in FP16), with the neutral frame TrainAvatar would pick: scores GPU-trained weights through
+    the product's own inference path (engine loader, full-frame paste-back) on this machine."""
+    from digital_human.engines.talking_head.audio_features import MelConfig
+    from digital_human.engines.talking_head.avatar_store import save_avatar
+    from digital_human.engines.talking_head.clone_model import load_generator
+    from digital_human.engines.talking_head.train_avatar import crops_at_size, pick_neutral_frame
+
+    model = load_generator(Path(weights))
+    crops, lms = crops_at_size(track_a, model.config.crop_size)
+    neutral = pick_neutral_frame(lms, np.flatnonzero(track_a.found))
+    return save_avatar(model, name, crops[neutral], lms[neutral], MelConfig(),
+                       {"steps": None, "note": f"weights from {weights}", "neutral_frame": int(neutral),
+                        "source_fps": float(track_a.fps), "frames": len(track_a)})
+
+
 def evaluate(args: argparse.Namespace) -> dict:
     import_pack()
     from digital_human.engines.talking_head.avatar_store import load_avatar
@@ -150,21 +167,26 @@ def evaluate(args: argparse.Namespace) -> dict:
     data_dir, cache = Path(args.data), Path(args.cache)
     track_a, wave_a, sr = load_clip("a", data_dir, cache)
     track_b, wave_b, sr_b = load_clip("b", data_dir, cache)
+    from digital_human.engines.talking_head.driver import output_frame_count, schedule_track
+
     fps = track_b.fps
     if args.seconds:  # evaluate on the first part of 01b only (quick CPU runs)
         n = int(args.seconds * fps)
-        from digital_human.engines.talking_head.driver import schedule_track
-
         track_b = schedule_track(track_b, np.arange(min(n, len(track_b))))
         wave_b = wave_b[: int(round(len(track_b) / fps * sr_b))]
     n = len(track_b)
     wave_b = wave_b[: int(round(n / fps * sr_b))]
+    n_audio = output_frame_count(len(wave_b) / sr_b, fps)  # the soundtrack may end inside the last frame
+    if n_audio < n:
+        track_b, n = schedule_track(track_b, np.arange(n_audio)), n_audio
     idx = np.arange(n)
     results: dict[str, dict] = {}
     timings: dict[str, float] = {}
 
-    # clone: train on 01a (or reuse an avatar)
-    if args.avatar:
+    # clone: train on 01a (or reuse an avatar, or generator weights trained elsewhere)
+    if args.weights:
+        info = avatar_from_weights(args.weights, track_a, args.name)
+    elif args.avatar:
         info = load_avatar(args.avatar)
     else:
         t0 = time.perf_counter()
@@ -208,7 +230,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     clone = animate_clone(info, track_b, wave_b, sr_b, fps, batch_size=32, backend=args.backend)
     timings["clone_infer_s"] = time.perf_counter() - t0
     clone_lms = remeasure_landmarks(clone.frames[:n], track_b.landmarks)
-    label = f"clone ({info.meta['steps']} steps)"
+    label = f"clone ({info.meta['steps']} steps)" if info.meta.get("steps") is not None else "clone (given weights)"
     results[label] = {**lip_scores(clone_lms, real_lms, wave_b, sr_b, fps),
                       "psnr_out": psnr_outside_mask(clone.frames[:n], track_b.frames, fm_c)}
     baseline = results["(a) neutral-mouth baseline"]["mld"]
@@ -233,6 +255,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="CPU smoke: few steps, first 10 s of 01b")
     ap.add_argument("--seconds", type=float, help="evaluate on the first N seconds of 01b")
     ap.add_argument("--avatar", help="evaluate an existing avatar instead of training")
+    ap.add_argument("--weights", type=Path, help="evaluate generator weights (.safetensors, e.g. from "
+                    "gpu_talking_head.py --dump) as an avatar of 01a named --name, instead of training")
     ap.add_argument("--name", default="eval_01a")
     ap.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     ap.add_argument("--backend", default="auto")

@@ -214,14 +214,9 @@ class TrainAvatar:
                 log.info("TrainAvatar: step %d/%d loss %.4f", step, total, loss)
             progress.update(step - progress.done)
 
-        import torch
-
-        # ComfyUI executes every node under torch.inference_mode(); training needs autograd back, for
-        # building the model as well as for the steps.
-        with torch.inference_mode(False), torch.enable_grad():
-            avatar = train_avatar(faces, wave, rate, name, steps=steps, time_budget_s=time_budget_minutes * 60.0,
-                                  device=device, resume=resume, seed=seed, progress=on_step,
-                                  should_stop=interrupted, status=status_lines.append)
+        avatar = train_avatar(faces, wave, rate, name, steps=steps, time_budget_s=time_budget_minutes * 60.0,
+                              device=device, resume=resume, seed=seed, progress=on_step,
+                              should_stop=interrupted, status=status_lines.append)
         report = "\n".join([avatar.summary() if hasattr(avatar, "summary") else str(avatar)] + status_lines[-5:])
         return {"ui": {"text": [report]}, "result": (avatar, report)}
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic_file import atomic_path
 from ..assets.pypi_fetch import sha256_file
 from .comfy_glue import Progress, list_input_files, resolve_input_file, temp_directory
 
@@ -130,7 +131,7 @@ class ExtractSpeakerEmbedding:
         from ..audio import from_comfy_audio, prepare_reference
         from ..engines import speaker_encoder as se
         from ..paths import model_dir, resolve_inside
-        from ..voice.clone import fit_voice, has_fitted_voice
+        from ..voice.clone import fit_voice, has_fitted_voice, without_fitted_voice
         from ..voice.embedding_cache import default_cache
         from ..voice.speaker import extract_speaker_profile
 
@@ -160,11 +161,8 @@ class ExtractSpeakerEmbedding:
             lines.append("voice: fitted voice reused from cache")
         else:
             # The cache may hold this clip's fitted voice from an earlier run; imitate=False means the
-            # nearest bundled voice (its scores are kept when known), so hand out a profile without the fit.
-            speaker = speaker.copy()
-            speaker.extras = {k: v for k, v in speaker.extras.items()
-                              if k == "imitation_voice_scores"
-                              or (not k.startswith("imitation_") and k not in ("reference_ltas", "reference_log_ltas"))}
+            # nearest bundled voice, so hand out a profile without the fit.
+            speaker = without_fitted_voice(speaker)
         if save_name:
             target = resolve_inside(f"{save_name}.npz", model_dir(SPEAKER_DIR), what="save_name")
             speaker.save_npz(target)
@@ -290,13 +288,8 @@ def _loaded_backend(model_prefix: str) -> str:
 def _write_wav_atomic(path: Path, wave: np.ndarray, rate: int) -> Path:
     import soundfile as sf
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    try:
+    with atomic_path(path) as tmp:
         sf.write(str(tmp), wave, rate, subtype="PCM_16", format="WAV")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 

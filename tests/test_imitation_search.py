@@ -84,3 +84,19 @@ def test_fitted_eq_is_stored_loadable_and_applied_with_strength(tmp_path, setup_
     del loaded.extras[tts.KEY_EQ]  # fitted before the audio was known: refit once it is
     assert not has_fitted_voice(loaded, 24, 0, "en", reference=(np.zeros(10), 24000))
     assert has_fitted_voice(loaded, 24, 0, "en")
+
+
+def test_without_fitted_voice_drops_the_fit_but_keeps_the_bundled_scores():
+    from digital_human.voice import tts
+    from digital_human.voice.clone import KEY_REFERENCE_LOG_LTAS, KEY_REFERENCE_LTAS, without_fitted_voice
+    from digital_human.voice.speaker import SpeakerProfile
+
+    emb = np.ones(256, np.float32) / 16.0
+    profile = SpeakerProfile(embedding=emb, segment_embeddings=emb[None], content_hash="x", speech_seconds=5.0)
+    profile.extras.update({tts.KEY_BASE_VOICE: np.array("af_heart"), tts.KEY_OFFSET: np.zeros(128, np.float32),
+                           tts.KEY_F0: np.array(1.1, np.float32), tts.KEY_EQ: np.zeros(40, np.float32),
+                           tts.KEY_SCORES: np.ones(3, np.float32), KEY_REFERENCE_LTAS: np.zeros(40, np.float32),
+                           KEY_REFERENCE_LOG_LTAS: np.zeros(40, np.float32), "pitch_track": np.zeros(4, np.float32)})
+    plain = without_fitted_voice(profile)
+    assert set(plain.extras) == {tts.KEY_SCORES, "pitch_track"}
+    assert tts.KEY_BASE_VOICE in profile.extras  # the input profile is left as it was

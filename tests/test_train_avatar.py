@@ -86,6 +86,16 @@ def test_resume_after_interruption(clip):
     assert info.meta["steps"] == 6
 
 
+def test_training_works_under_inference_mode(clip):
+    """ComfyUI runs nodes under torch.inference_mode(); train_avatar turns autograd back on itself."""
+    import torch
+
+    track, wave, sr = clip
+    with torch.inference_mode():
+        info = train_avatar(track, wave, sr, "inference_mode_test", steps=2, resume=False, **TINY_ARGS)
+    assert info.meta["steps"] == 2 and (info.path / "generator.onnx").is_file()
+
+
 def test_animate_clone_frame_count_and_untouched_outside_mask(trained, clip):
     from digital_human.vision.align import warp_image
 

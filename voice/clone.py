@@ -168,6 +168,17 @@ def reference_spectra(reference: Any = None, extras: dict | None = None) -> dict
     return {k: np.asarray(v, np.float32).reshape(-1) for k, v in stored.items() if v is not None}
 
 
+def without_fitted_voice(speaker: SpeakerProfile) -> SpeakerProfile:
+    """A copy of `speaker` with fit_voice's results removed (the imitated voice, its settings and the
+    reference spectra it was fitted against), so TTS falls back to the nearest bundled voice; the
+    bundled voices' similarity scores stay, they still rank the bundled voices."""
+    plain = speaker.copy()
+    fitted_only = {KEY_REFERENCE_LTAS, KEY_REFERENCE_LOG_LTAS}
+    plain.extras = {k: v for k, v in plain.extras.items()
+                    if k == KEY_SCORES or not (k.startswith("imitation_") or k in fitted_only)}
+    return plain
+
+
 def fit_voice(speaker: SpeakerProfile, *, budget: int = 24, seed: int = 0, language: str = "auto",
               backend: str = "auto", precision: str = "auto",
               progress: Callable[[int, int], None] | None = None,

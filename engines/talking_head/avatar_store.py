@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...atomic_file import write_text_atomic
 from ...paths import models_root
 from .audio_features import MelConfig
 from .clone_model import GeneratorConfig
@@ -103,9 +104,27 @@ def write_reference(path: Path, crop: np.ndarray, landmarks: np.ndarray) -> None
 
 
 def write_meta(path: Path, meta: dict) -> None:
-    tmp = path / ".avatar.json.partial"
-    tmp.write_text(json.dumps({"version": AVATAR_VERSION, **meta}, indent=2))
-    tmp.replace(path / "avatar.json")
+    write_text_atomic(path / "avatar.json", json.dumps({"version": AVATAR_VERSION, **meta}, indent=2))
+
+
+def save_avatar(model, name: str, crop: np.ndarray, landmarks: np.ndarray, mel_config: MelConfig, meta: dict,
+                check_onnx: bool = True) -> AvatarInfo:
+    """Write `<models>/avatars/<name>/`: the generator's weights and ONNX graph, the neutral reference
+    frame (crop + its landmarks) and avatar.json (`meta` on top of the fields every avatar has).
+    avatar.json goes last, so a folder without it (an interrupted save) is never listed as an avatar."""
+    from .clone_model import export_generator_onnx, save_generator
+
+    clean = sanitize_name(name)
+    folder = avatar_dir(clean, create=True)
+    model = model.float().cpu().eval()
+    save_generator(model, folder / "generator.safetensors")
+    report = export_generator_onnx(model, folder / "generator.onnx", check=check_onnx)
+    write_reference(folder, crop, landmarks)
+    full = {"name": clean, "model": "clone", "crop_size": model.config.crop_size, "generator": model.config.to_dict(),
+            "audio_features": mel_config.to_dict(), "onnx_parity_max_abs": report.max_abs_diff if report else None,
+            **meta}
+    write_meta(folder, full)
+    return AvatarInfo(clean, folder, {"version": AVATAR_VERSION, **full})
 
 
 def load_avatar(name: str) -> AvatarInfo:

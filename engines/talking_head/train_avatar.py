@@ -34,10 +34,11 @@ from typing import Callable
 
 import numpy as np
 
+from ...atomic_file import atomic_path
 from ...vision.faces import FaceTrack, NoFaceError
 from .audio_features import MelConfig, windows_for_frames
-from .avatar_store import AvatarInfo, avatar_dir, sanitize_name, write_meta, write_reference
-from .clone_model import CloneGenerator, GeneratorConfig, crops_to_regions, export_generator_onnx, save_generator
+from .avatar_store import AvatarInfo, avatar_dir, sanitize_name, save_avatar
+from .clone_model import CloneGenerator, GeneratorConfig, crops_to_regions
 
 log = logging.getLogger("digital_human.train_avatar")
 
@@ -351,11 +352,12 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     def save_checkpoint() -> None:
         if checkpoint_path is None:
             return
-        tmp = checkpoint_path.with_name(checkpoint_path.name + ".partial")
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                    **({"shape_head": shape_head.state_dict()} if shape_head is not None else {}),
-                    "loss": float(ema if ema is not None else float("nan")), "fingerprint": fingerprint}, tmp)
-        tmp.replace(checkpoint_path)
+        state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
+                 "loss": float(ema if ema is not None else float("nan")), "fingerprint": fingerprint}
+        if shape_head is not None:
+            state["shape_head"] = shape_head.state_dict()
+        with atomic_path(checkpoint_path) as tmp:
+            torch.save(state, tmp)
 
     regions = torch.from_numpy(data.regions).to(dev)
     windows = torch.from_numpy(data.windows).to(dev)
@@ -491,32 +493,29 @@ def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: st
                  checkpoint_every: int = 250, lr: float = 5e-4, amp: bool | None = None) -> AvatarInfo:
     """Train the `clone` generator on one person's talking video (DH_FACES + its own audio) and save
     the avatar under `<models>/avatars/<name>/`. Returns the DH_AVATAR."""
-    clean = sanitize_name(name)
-    mono = check_footage(track, audio, sample_rate, min_seconds)
-    dev = resolve_device(device)
-    if config is None:
-        config = GPU_CONFIG if dev == "cuda" else CPU_CONFIG
-    if config.audio_columns != mel_config.window_columns or config.n_mels != mel_config.n_mels:
-        config = replace(config, audio_columns=mel_config.window_columns, n_mels=mel_config.n_mels)
-    crops, lms = crops_at_size(track, config.crop_size)
-    windows = windows_for_frames(mono, int(sample_rate), track.fps, len(track), mel_config)
-    data = prepare_data(crops, lms, track.found, windows, track.fps, config)
-    folder = avatar_dir(clean, create=True)
-    fit = fit_clone(data, config, steps=steps, time_budget_s=time_budget_s, device=dev, batch_size=batch_size,
-                    lr=lr, seed=seed, progress=progress, should_stop=should_stop, status=status,
-                    checkpoint_path=folder / "checkpoint.pt", checkpoint_every=checkpoint_every, resume=resume, amp=amp)
-    model = fit.model.float().cpu()
-    save_generator(model, folder / "generator.safetensors")
-    report = export_generator_onnx(model, folder / "generator.onnx")
-    write_reference(folder, crops[data.neutral], lms[data.neutral])
-    meta = {
-        "name": clean, "model": "clone", "crop_size": config.crop_size, "generator": config.to_dict(),
-        "audio_features": mel_config.to_dict(), "steps": fit.steps, "loss": fit.loss,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source_fps": float(track.fps),
-        "frames": int(len(track)), "footage_seconds": float(len(data.usable) / track.fps),
-        "neutral_frame": int(data.neutral), "device": fit.device, "train_seconds": fit.seconds,
-        "onnx_parity_max_abs": report.max_abs_diff if report else None, "seed": seed,
-    }
-    write_meta(folder, meta)
-    _say(status, f"saved avatar '{clean}' to {folder} ({fit.steps} steps, loss {fit.loss:.4f})")
-    return AvatarInfo(clean, folder, {"version": 1, **meta})
+    import torch
+
+    # ComfyUI runs every node under torch.inference_mode(): building the model, the training steps and
+    # the ONNX export all need autograd back
+    with torch.inference_mode(False), torch.enable_grad():
+        clean = sanitize_name(name)
+        mono = check_footage(track, audio, sample_rate, min_seconds)
+        dev = resolve_device(device)
+        if config is None:
+            config = GPU_CONFIG if dev == "cuda" else CPU_CONFIG
+        if config.audio_columns != mel_config.window_columns or config.n_mels != mel_config.n_mels:
+            config = replace(config, audio_columns=mel_config.window_columns, n_mels=mel_config.n_mels)
+        crops, lms = crops_at_size(track, config.crop_size)
+        windows = windows_for_frames(mono, int(sample_rate), track.fps, len(track), mel_config)
+        data = prepare_data(crops, lms, track.found, windows, track.fps, config)
+        folder = avatar_dir(clean, create=True)  # the checkpoint lives there while training
+        fit = fit_clone(data, config, steps=steps, time_budget_s=time_budget_s, device=dev, batch_size=batch_size,
+                        lr=lr, seed=seed, progress=progress, should_stop=should_stop, status=status,
+                        checkpoint_path=folder / "checkpoint.pt", checkpoint_every=checkpoint_every, resume=resume, amp=amp)
+        info = save_avatar(fit.model, clean, crops[data.neutral], lms[data.neutral], mel_config, {
+            "steps": fit.steps, "loss": fit.loss, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "source_fps": float(track.fps), "frames": int(len(track)),
+            "footage_seconds": float(len(data.usable) / track.fps), "neutral_frame": int(data.neutral),
+            "device": fit.device, "train_seconds": fit.seconds, "seed": seed})
+        _say(status, f"saved avatar '{clean}' to {folder} ({fit.steps} steps, loss {fit.loss:.4f})")
+        return info
