@@ -333,7 +333,7 @@ def bench_inference(args, weights: Path | None) -> list[dict]:
             timeit("torch-cuda fp16 (no CUDA graphs)", no_graphs, b)
     if not cuda:  # the GPU machine's ONNX Runtime is CPU-only: not a GPU path worth its device time
         ort = loader.get(spec, backend="onnxruntime", precision="fp32")
-        for b in batches[:2]:
+        for b in batches:
             timeit(f"loader {ort.backend} fp32", ort, b)
     if cuda:  # FP16 output vs FP32 on the same inputs
         src, ref, aud = (t.numpy() for t in model.example_inputs(8, seed=5))

@@ -181,7 +181,8 @@ class LoadSpeaker:
     def INPUT_TYPES(cls) -> dict[str, Any]:
         from ..paths import model_dir
 
-        names = sorted(p.name for p in model_dir(SPEAKER_DIR).glob("*.npz"))
+        # dot files are other processes' unfinished saves (atomic_file)
+        names = sorted(p.name for p in model_dir(SPEAKER_DIR).glob("*.npz") if not p.name.startswith("."))
         return {"required": {"speaker_file": (names or [""],)}}
 
     RETURN_TYPES = ("DH_SPEAKER", "STRING")

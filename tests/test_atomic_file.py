@@ -1,12 +1,20 @@
 """atomic_file: the final name holds either the old file or the whole new one, never a part."""
 from __future__ import annotations
 
+import os
 import stat
+import time
 
 import numpy as np
 import pytest
 
 from digital_human.atomic_file import atomic_path, write_bytes_atomic, write_text_atomic
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def test_success_replaces_the_file_with_ordinary_permissions(tmp_path):
@@ -16,7 +24,7 @@ def test_success_replaces_the_file_with_ordinary_permissions(tmp_path):
         assert not target.exists()  # nothing under the final name while writing
         tmp.write_bytes(b"new")
     assert target.read_bytes() == b"new"
-    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~_current_umask()  # as a plain open() would give
     assert [p.name for p in target.parent.iterdir()] == ["model.onnx"]
 
 
@@ -37,3 +45,23 @@ def test_writers_that_look_at_the_extension(tmp_path):
     assert np.load(target)["a"].tolist() == [0, 1, 2]
     assert write_bytes_atomic(tmp_path / "e.plan", b"\x00\x01").read_bytes() == b"\x00\x01"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.plan", "voice.npz"]
+
+
+def test_an_empty_result_does_not_replace_the_file(tmp_path):
+    target = write_text_atomic(tmp_path / "voice.npz", "old")
+    with pytest.raises(OSError, match="nothing was written"):
+        with atomic_path(target) as tmp:
+            np.savez(str(tmp.with_name("elsewhere")), a=np.arange(3))  # a writer that picked its own name
+    assert target.read_text() == "old"
+
+
+def test_temporaries_of_a_killed_writer_are_swept_up(tmp_path):
+    target = tmp_path / "engine.plan"
+    dead = tmp_path / ".engine.abc123.partial.plan"
+    fresh = tmp_path / ".engine.def456.partial.plan"  # another process writing right now
+    dead.write_bytes(b"x" * 10)
+    fresh.write_bytes(b"y")
+    old = time.time() - 7200
+    os.utime(dead, (old, old))
+    write_bytes_atomic(target, b"plan")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fresh.name, target.name]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...atomic_file import write_text_atomic
+from ...atomic_file import atomic_path, write_text_atomic
 from ...paths import models_root
 from .audio_features import MelConfig
 from .clone_model import GeneratorConfig
@@ -99,8 +99,9 @@ class AvatarInfo:
 def write_reference(path: Path, crop: np.ndarray, landmarks: np.ndarray) -> None:
     from safetensors.numpy import save_file
 
-    save_file({"crop": np.ascontiguousarray(crop, np.uint8), "landmarks": np.ascontiguousarray(landmarks, np.float32)},
-              str(path / "reference.safetensors"))
+    with atomic_path(path / "reference.safetensors") as tmp:
+        save_file({"crop": np.ascontiguousarray(crop, np.uint8),
+                   "landmarks": np.ascontiguousarray(landmarks, np.float32)}, str(tmp))
 
 
 def write_meta(path: Path, meta: dict) -> None:
@@ -111,11 +112,13 @@ def save_avatar(model, name: str, crop: np.ndarray, landmarks: np.ndarray, mel_c
                 check_onnx: bool = True) -> AvatarInfo:
     """Write `<models>/avatars/<name>/`: the generator's weights and ONNX graph, the neutral reference
     frame (crop + its landmarks) and avatar.json (`meta` on top of the fields every avatar has).
-    avatar.json goes last, so a folder without it (an interrupted save) is never listed as an avatar."""
+    avatar.json goes last, and an existing one is removed first: a save that is interrupted leaves a
+    folder that is not listed as an avatar, never one that mixes new weights with old metadata."""
     from .clone_model import export_generator_onnx, save_generator
 
     clean = sanitize_name(name)
     folder = avatar_dir(clean, create=True)
+    (folder / "avatar.json").unlink(missing_ok=True)
     model = model.float().cpu().eval()
     save_generator(model, folder / "generator.safetensors")
     report = export_generator_onnx(model, folder / "generator.onnx", check=check_onnx)

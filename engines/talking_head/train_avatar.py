@@ -77,6 +77,8 @@ class CloneData:
         for arr in (self.regions[:: max(1, len(self.regions) // 16)], self.windows[:: max(1, len(self.windows) // 16)],
                     self.usable):
             h.update(np.ascontiguousarray(arr).tobytes())
+        if self.mouth_shapes is not None:
+            h.update(np.ascontiguousarray(self.mouth_shapes[:: max(1, len(self.mouth_shapes) // 16)]).tobytes())
         h.update(f"{len(self.regions)}|{self.fps}".encode())
         return h.hexdigest()[:24]
 
@@ -293,8 +295,9 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     (shape_components), so the embedding carries the mouth's geometry explicitly. audio_dropout: dropout on
     the audio embedding where it enters the U-Net (training only). mouth_weight: extra L1 weight on the
     mouth box. These three defaults (0.2 / 0.3 / 10; before: 0 / 0 / 4) gave -27.1% mean over four 150-s H200
-    runs against -25.3% over two of the old recipe, and the mouth opening's correlation with the real one
-    0.41-0.46 against 0.32-0.37 (benchmarks/RESULTS.md; run-to-run spread is ~+-2 points)."""
+    runs against -25.3% over two of the old recipe - within the 2.8-point spread between repeats of one run -
+    and raised the held-out mouth opening's correlation with the real one from 0.32-0.37 to 0.41-0.46
+    (benchmarks/RESULTS.md)."""
     import torch
     import torch.nn.functional as F
 
@@ -304,7 +307,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     if time_budget_s is not None and not time_budget_s > 0:
         raise ValueError(f"time_budget_s must be > 0 seconds, got {time_budget_s}")
     if steps is None and time_budget_s is None:
-        steps = 3000 if dev == "cuda" else 800
+        steps = 5000 if dev == "cuda" else 800
     bs = int(batch_size or (32 if dev == "cuda" else 8))
     use_amp = (dev == "cuda") if amp is None else bool(amp)
     warmup = max(0, int(warmup_steps))
@@ -334,7 +337,9 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     # per-batch gradients of a small batch that otherwise make single large steps
     trained = list(model.parameters()) + (list(shape_head.parameters()) if shape_head is not None else [])
     opt = torch.optim.Adam(trained, lr=lr, betas=(0.9, 0.999))
-    fingerprint = f"{data.fingerprint()}|{config}" + (f"|shape{shape_weight:g}x{shape_components_k}" if shape_head else "")
+    # the footage, the architecture and the recipe: a checkpoint of other data or settings is not continued
+    fingerprint = (f"{data.fingerprint()}|{config}|shape{shape_weight:g}x{shape_components_k}|drop{audio_dropout:g}"
+                   f"|mouth{mouth_weight:g}|augment{augment_audio:g}")
     step, elapsed, ema, history = 0, 0.0, None, []
     if resume and checkpoint_path is not None and checkpoint_path.is_file():
         state = torch.load(checkpoint_path, map_location=dev, weights_only=True)
