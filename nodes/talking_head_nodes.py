@@ -166,7 +166,7 @@ def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loo
         from ..engines.talking_head.portrait import portrait_crops
 
         return portrait_crops(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
-                              max_audio_seconds=max_audio_seconds, batch_size=batch_size or 64, progress=progress,
+                              max_audio_seconds=max_audio_seconds, batch_size=batch_size, progress=progress,
                               should_stop=interrupted)
     raise ValueError(f"model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
 

@@ -12,7 +12,7 @@ from digital_human.audio.decode import decode_audio
 from digital_human.engines.talking_head import (AudioInputError, animate_portrait, frame_schedule,
                                                 output_frame_count, schedule_track, validate_audio,
                                                 validate_track)
-from digital_human.engines.talking_head.portrait import portrait_masks
+from digital_human.engines.talking_head.portrait import portrait_crops, portrait_masks
 from digital_human.engines.talking_head.speech_drive import mouth_params
 from digital_human.vision import NoFaceError, align_faces
 from digital_human.vision import lipsync_metrics as M
@@ -184,3 +184,14 @@ def test_audio_too_long_for_photo(photo_track):
     # a whole photo track with no found face is refused before any work
     with pytest.raises(NoFaceError):
         animate_portrait(replace(photo_track, found=np.zeros(1, bool)), loud[:1600], 16000, 25.0)
+
+
+def test_batch_size_zero_is_automatic_and_negative_is_refused(photo_track, speech):
+    from digital_human.engines.talking_head.portrait import AUTO_BATCH
+
+    wave, sr = speech
+    steps: list[int] = []
+    gen = portrait_crops(photo_track, wave, sr, 25.0, batch_size=0, progress=lambda d, t: steps.append(d))
+    assert steps[0] == min(AUTO_BATCH, len(gen.crops)) and steps[-1] == len(gen.crops)
+    with pytest.raises(ValueError, match="batch_size must be >= 1, or 0 for automatic"):
+        portrait_crops(photo_track, wave, sr, 25.0, batch_size=-1)

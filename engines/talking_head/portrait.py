@@ -30,6 +30,16 @@ def _backend_name() -> str:
     return "numpy+opencv" if _align._cv2 is not None else "numpy"
 
 
+AUTO_BATCH = 64  # frames per progress step when batch_size is 0 (the renderer is per frame, on the CPU)
+
+
+def resolve_batch_size(batch_size: int) -> int:
+    """`batch_size` when >= 1; 0 = automatic (AUTO_BATCH), as for `clone`."""
+    if batch_size < 0:
+        raise ValueError(f"batch_size must be >= 1, or 0 for automatic, got {batch_size}")
+    return int(batch_size) or AUTO_BATCH
+
+
 def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
                    loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
                    batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
@@ -41,8 +51,7 @@ def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     wave = validate_audio(audio, sample_rate, max_audio_seconds)
     if not 0.0 <= strength <= 3.0:
         raise ValueError(f"strength must be in 0..3 (1 = natural), got {strength}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batch_size = resolve_batch_size(batch_size)
     fps = float(fps) if fps and fps > 0 else float(track.fps)
     n_out = output_frame_count(len(wave) / float(sample_rate), fps)
     idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
@@ -100,13 +109,13 @@ def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | No
 
     fps: output frame rate (None/0 = the track's own). Output frames = ceil(audio seconds x fps).
     loop_mode: how a video reference covers audio longer than itself ("loop", "ping-pong", "hold").
-    strength: mouth-motion amplitude (1 = default). batch_size: frames per progress step.
+    strength: mouth-motion amplitude (1 = default). batch_size: frames per progress step (0 = 64).
     progress(done, total) after each batch, over rendering then paste-back; should_stop() -> True
     aborts with InterruptedError."""
     gen = portrait_crops(track, audio, sample_rate, fps, loop_mode=loop_mode, max_audio_seconds=max_audio_seconds,
                          strength=strength, batch_size=batch_size, progress=phase_progress(progress, 0),
                          should_stop=should_stop)
-    return paste_generated(gen, batch_size, phase_progress(progress, 1), should_stop)
+    return paste_generated(gen, resolve_batch_size(batch_size), phase_progress(progress, 1), should_stop)
 
 
 def portrait_masks(track, idx: np.ndarray) -> np.ndarray:
