@@ -290,7 +290,10 @@ def _video_args(fmt: str, crf: int, preset: str | None, convert: bool = True) ->
     color = _COLOR_TAGS
     vf = ["-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p"] if convert else []
     if fmt == "mp4":
+        # imageio-ffmpeg's ffmpeg 9 drops -color_primaries/-color_trc as output options (the stream read
+        # "bt709/unknown/unknown"); x264 writes all three into the H.264 VUI itself
         return [*vf, "-c:v", "libx264", "-preset", preset or "medium", "-crf", str(crf),
+                "-x264-params", "colorprim=bt709:transfer=bt709:colormatrix=bt709",
                 "-pix_fmt", "yuv420p", *color, "-movflags", "+faststart"]
     return [*vf, "-c:v", "libvpx-vp9", "-crf", str(crf), "-b:v", "0", "-deadline", "good",
             "-cpu-used", preset or "4", "-row-mt", "1", "-pix_fmt", "yuv420p", *color]
@@ -510,7 +513,7 @@ def mux_video(
     if in_pix_fmt == "yuv420p":
         # Tag the raw YUV's matrix and range: untagged, ffmpeg converts it to the output's range
         # (measured: values changed by up to 110) instead of passing it through. Primaries/transfer
-        # stay untagged, as the RGB path's `scale` output is, so both write the same H.264 stream.
+        # come from the encoder's own tags (_video_args), as on the RGB path: both write the same stream.
         cmd += ["-colorspace", "bt709", "-color_range", "tv"]
     cmd += ["-i", "pipe:0"]
     if wave is not None:

@@ -103,6 +103,12 @@ def test_ntsc_rate_and_no_audio(tmp_path):
     assert rep.action == "no audio: video only"
 
 
+def test_mp4_is_tagged_bt709_matrix_primaries_and_transfer(tmp_path):
+    rep = mux_video(_frames(5, 32, 48), None, SR, 25.0, tmp_path / "c.mp4", preset="ultrafast")
+    header = probe_media(rep.path).header
+    assert "yuv420p(tv, bt709, progressive)" in header, header  # not "bt709/unknown/unknown"
+
+
 def test_webm_vp9_opus(tmp_path):
     fps = 25.0
     rep = mux_video(_frames(25, 63, 81), _tone(1.0, 24000), 24000, fps, tmp_path / "w.webm",
