@@ -42,8 +42,8 @@ class TRT_TalkingHead:
                                   "tooltip": "Output frame rate (the one clock used by VideoMux too)."}),
                 "loop_mode": (["ping-pong", "loop", "hold"], {"default": "ping-pong"}),
                 "batch_size": ("INT", {"default": 0, "min": 0, "max": 512,
-                                       "tooltip": "Frames per generator call. 0 = automatic: sized to the free GPU "
-                                                  "memory (up to 64), 32 on CPU."}),
+                                       "tooltip": "Frames per generator call. 0 = automatic: for clone sized to the "
+                                                  "free GPU memory (up to 64), 32 on CPU; for portrait 64."}),
                 "strength": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 2.0, "step": 0.05,
                                        "tooltip": "Mouth motion amplitude (portrait)."}),
                 "max_audio_seconds": ("FLOAT", {"default": 600.0, "min": 1.0, "max": 7200.0, "step": 1.0}),
