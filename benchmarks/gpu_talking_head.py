@@ -270,6 +270,42 @@ def dump_for_analysis(pack: dict, held: "HeldOut", model, data, out_dir: Path, r
     print(f"dumped landmarks.npz and FP16 weights to {out_dir}", flush=True)
 
 
+def score_weights(pack: dict, paths: list[Path], run_mesh) -> list[dict]:
+    """Held-out scores of trained weights (e.g. the FP16 files of --dump runs) on all of 01b, each alone
+    and, for more than one, their outputs averaged (an ensemble), with 01a's neutral frame as reference."""
+    import torch
+
+    from digital_human.engines.talking_head.clone_model import load_generator
+    from digital_human.engines.talking_head.train_avatar import prepare_data
+
+    class Averaged(torch.nn.Module):
+        def __init__(self, models) -> None:
+            super().__init__()
+            self.models = torch.nn.ModuleList(models)
+
+        def forward(self, source, reference, audio):
+            return sum(m(source, reference, audio) for m in self.models) / len(self.models)
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    models = [load_generator(Path(p)).to(dev).eval() for p in paths]
+    config = models[0].config
+    data = prepare_data(pack["a_crops"], pack["a_landmarks"], pack["a_found"], pack["a_windows"],
+                        float(pack["a_fps"]), config)
+    held = HeldOut(pack, config, run_mesh, pack["a_crops"][data.neutral], None)
+    base = held.baseline["mld"]
+    candidates = [(str(p), m) for p, m in zip(paths, models)]
+    if len(models) > 1:
+        candidates.append((f"average of {len(models)}", Averaged(models)))
+    rows = []
+    for label, model in candidates:
+        row = held.score(model)
+        row.update(weights=label, mld_vs_baseline=row["mld"] / base - 1, meets_target=meets_target(row, base))
+        rows.append(row)
+        print(f"{label}: MLD {row['mld']:.4f} ({100 * row['mld_vs_baseline']:+.1f}% vs a) lag {row['lag_ms']:+.1f} ms "
+              f"corr {row['corr_ratio']:.2f} x real{'  TARGET' if row['meets_target'] else ''}", flush=True)
+    return rows
+
+
 def write_report(out_dir: Path, report: dict) -> None:
     path = out_dir / "gpu_talking_head.json"
     tmp = path.with_name(path.name + ".partial")
@@ -366,6 +402,8 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny model, few frames and steps")
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--seed", type=int, default=0, help="training seed")
+    ap.add_argument("--score-weights", type=Path, nargs="+",
+                    help="no training: score these weights (e.g. --dump's FP16 files) and, if several, their average")
     # the recipe's three regularisers (fit_clone's defaults; the recipe before 2026-11-29's third run: 0 / 0 / 4)
     ap.add_argument("--shape-weight", type=float, default=0.2, help="fit_clone's lip-shape loss weight")
     ap.add_argument("--audio-dropout", type=float, default=0.3, help="fit_clone's audio-embedding dropout")
@@ -384,7 +422,10 @@ def main() -> None:
                     "torch": torch.__version__, "cuda": torch.version.cuda}
     pack = load_pack(args.pack)
     workdir = Path(tempfile.mkdtemp(prefix="clone_eval_"))
-    if not args.skip_train:
+    if args.score_weights:
+        report["scored"] = score_weights(pack, args.score_weights, mesh_runner(pack, workdir))
+        write_report(args.out, report)
+    elif not args.skip_train:
         train_to_target(pack, args, mesh_runner(pack, workdir), args.out, report)
         write_report(args.out, report)
     if not args.skip_infer:
