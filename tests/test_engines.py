@@ -107,20 +107,27 @@ def test_auto_falls_back_and_reports_why(tiny_spec):
     assert "fallback after" in runner.info.summary()
 
 
-def test_failed_backend_is_tried_once_until_release(tiny_spec):
-    """A backend that cannot load (TensorRT not installed) is not retried, nor warned about, on every
-    call of a long job; release() forgets the failures (the user may have fixed the cause)."""
+def _loader_where_tensorrt_fails(message: str):
+    """(a fresh EngineLoader that sees CUDA, where loading TensorRT raises `message` and the other
+    backends load a recording runner, the list of backends it tried)."""
     fresh = loader_mod.EngineLoader()
     fresh._has_cuda = lambda: True
-    attempts = []
+    attempts: list[str] = []
 
     def fake_load(spec, backend, device, precision):
         attempts.append(backend)
         if backend == "tensorrt":
-            raise RuntimeError("TensorRT is not installed")
+            raise RuntimeError(message)
         return _RecordingRunner(RunnerInfo(spec.name, f"{backend}-{device}", device, "fp32"))
 
     fresh._loader = fake_load
+    return fresh, attempts
+
+
+def test_failed_backend_is_tried_once_until_release(tiny_spec):
+    """A backend that cannot load (TensorRT not installed) is not retried, nor warned about, on every
+    call of a long job; release() forgets the failures (the user may have fixed the cause)."""
+    fresh, attempts = _loader_where_tensorrt_fails("TensorRT is not installed")
     first = fresh.get(tiny_spec)
     again = fresh.get(tiny_spec)
     assert again is first and attempts == ["tensorrt", "torch"]
@@ -132,17 +139,7 @@ def test_failed_backend_is_tried_once_until_release(tiny_spec):
 def test_out_of_memory_is_not_remembered(tiny_spec):
     """Running out of GPU memory while loading is transient (other models may be freed): that backend is
     tried again on the next call, unlike a missing library."""
-    fresh = loader_mod.EngineLoader()
-    fresh._has_cuda = lambda: True
-    attempts = []
-
-    def fake_load(spec, backend, device, precision):
-        attempts.append(backend)
-        if backend == "tensorrt":
-            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return _RecordingRunner(RunnerInfo(spec.name, f"{backend}-{device}", device, "fp32"))
-
-    fresh._loader = fake_load
+    fresh, attempts = _loader_where_tensorrt_fails("CUDA out of memory. Tried to allocate 2.00 GiB")
     fresh.get(tiny_spec)
     fresh.get(tiny_spec)
     assert attempts == ["tensorrt", "torch", "tensorrt"]
