@@ -90,6 +90,25 @@ def _bilinear(src: np.ndarray, out_to_in: np.ndarray, out_h: int, out_w: int, bo
     return out
 
 
+def source_window(src_to_dst: np.ndarray, out_w: int, out_h: int, src_h: int, src_w: int
+                  ) -> tuple[int, int, int, int, int]:
+    """(k, x0, y0, x1, y1) for warp_image: k = source pixels per output pixel of the box pre-filter
+    (1 = none; from 2x shrinking on), and the source window [y0:y1, x0:x1] the [out_h, out_w] output
+    can reach through `src_to_dst` (2k + 2 px of margin for the filters). Float64, so the GPU
+    paste-back (paste_torch) takes the same integer decisions from it."""
+    a = np.asarray(src_to_dst, np.float64)
+    inv = np.linalg.inv(np.vstack([a, [0, 0, 1]]))[:2]  # dst -> src
+    corners = inv @ np.array([[0, out_w, 0, out_w], [0, 0, out_h, out_h], [1, 1, 1, 1]], np.float64)
+    k = int(1.0 / max(math.sqrt(abs(np.linalg.det(a[:, :2]))), 1e-12))  # src px per dst px
+    k = k if k >= 2 else 1
+    pad = 2 * k + 2
+    x0 = int(np.clip(math.floor(corners[0].min()) - pad, 0, src_w - 1))
+    y0 = int(np.clip(math.floor(corners[1].min()) - pad, 0, src_h - 1))
+    x1 = int(np.clip(math.ceil(corners[0].max()) + pad, x0 + 1, src_w))
+    y1 = int(np.clip(math.ceil(corners[1].max()) + pad, y0 + 1, src_h))
+    return k, x0, y0, x1, y1
+
+
 def warp_image(src: np.ndarray, src_to_dst: np.ndarray, out_w: int, out_h: int, border: str = "replicate",
                origin: tuple[int, int] = (0, 0)) -> np.ndarray:
     """Resample `src` ([H, W] or [H, W, C]) through a 2x3 src -> dst affine into float32
@@ -101,17 +120,8 @@ def warp_image(src: np.ndarray, src_to_dst: np.ndarray, out_w: int, out_h: int, 
     img = src[..., None] if squeeze else src
     a = np.asarray(src_to_dst, np.float64).copy()
     a[:, 2] -= origin
-    inv = np.linalg.inv(np.vstack([a, [0, 0, 1]]))[:2]  # dst -> src
     h, w = img.shape[:2]
-    # only the part of src the output can touch (+2 px for the filters)
-    corners = inv @ np.array([[0, out_w, 0, out_w], [0, 0, out_h, out_h], [1, 1, 1, 1]], np.float64)
-    k = int(1.0 / max(math.sqrt(abs(np.linalg.det(a[:, :2]))), 1e-12))  # src px per dst px
-    k = k if k >= 2 else 1
-    pad = 2 * k + 2
-    x0 = int(np.clip(math.floor(corners[0].min()) - pad, 0, w - 1))
-    y0 = int(np.clip(math.floor(corners[1].min()) - pad, 0, h - 1))
-    x1 = int(np.clip(math.ceil(corners[0].max()) + pad, x0 + 1, w))
-    y1 = int(np.clip(math.ceil(corners[1].max()) + pad, y0 + 1, h))
+    k, x0, y0, x1, y1 = source_window(a, out_w, out_h, h, w)
     region = img[y0:y1, x0:x1]
     a[:, 2] += a[:, :2] @ np.array([x0, y0], np.float64)  # region coords -> dst
     if k >= 2 and region.shape[0] >= 2 * k and region.shape[1] >= 2 * k:

@@ -133,6 +133,30 @@ def match_colors(generated: np.ndarray, reference: np.ndarray, mask: np.ndarray)
     return (generated - mu_g) * ratio + mu_r
 
 
+MASK_EPS = 1e-4  # mask values above this are pasted (the footprint)
+
+
+def mask_bbox(mask: np.ndarray) -> tuple[int, int, int, int] | None:
+    """(xmin, ymin, xmax, ymax), inclusive, of the mask's pixels above MASK_EPS; None if there are none."""
+    ys, xs = np.nonzero(np.asarray(mask, np.float32) > MASK_EPS)
+    if not len(ys):
+        return None
+    return int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())
+
+
+def footprint_box(affine: np.ndarray, bbox: tuple[int, int, int, int], height: int, width: int
+                  ) -> tuple[int, int, int, int]:
+    """(x0, y0, x1, y1) of the frame pixels paste_back may write for a crop-space mask bbox: the bbox
+    mapped into the frame through the inverse of `affine` (source -> crop), +2 px for the bilinear
+    spread, clipped to the frame. Float64, shared with the GPU paste (paste_torch)."""
+    xmin, ymin, xmax, ymax = bbox
+    corners = np.array([[xmin, ymin], [xmax + 1, ymin], [xmin, ymax + 1], [xmax + 1, ymax + 1]], np.float64)
+    fc = apply_affines(corners, invert_affines(np.asarray(affine, np.float64).reshape(2, 3)))
+    x0, y0 = (int(np.clip(math.floor(v) - 2, 0, lim)) for v, lim in ((fc[:, 0].min(), width), (fc[:, 1].min(), height)))
+    x1, y1 = (int(np.clip(math.ceil(v) + 2, 0, lim)) for v, lim in ((fc[:, 0].max(), width), (fc[:, 1].max(), height)))
+    return x0, y0, x1, y1
+
+
 def paste_back(frame: np.ndarray, crop: np.ndarray, affine: np.ndarray, mask: np.ndarray,
                color_match: bool = True, keep_detail: bool = False) -> np.ndarray:
     """Blend a (generated) crop into `frame` (uint8 [H, W, 3]) where `mask` [S, S] says, through
@@ -148,17 +172,11 @@ def paste_back(frame: np.ndarray, crop: np.ndarray, affine: np.ndarray, mask: np
         raise ValueError(f"mask must be [{size}, {size}] like the crop, got {m.shape}")
     a = np.asarray(affine, np.float64).reshape(2, 3)
     out = frame.copy()
-    ys, xs = np.nonzero(m > 1e-4)
-    if not len(ys):
+    bbox = mask_bbox(m)
+    if bbox is None:
         return out
-    # the mask's footprint in the frame, +2 px for the bilinear spread
-    corners = np.array([[xs.min(), ys.min()], [xs.max() + 1, ys.min()], [xs.min(), ys.max() + 1],
-                        [xs.max() + 1, ys.max() + 1]], np.float64)
+    x0, y0, x1, y1 = footprint_box(a, bbox, *frame.shape[:2])
     inv = invert_affines(a)
-    fc = apply_affines(corners, inv)
-    h, w = frame.shape[:2]
-    x0, y0 = (int(np.clip(math.floor(v) - 2, 0, lim)) for v, lim in ((fc[:, 0].min(), w), (fc[:, 1].min(), h)))
-    x1, y1 = (int(np.clip(math.ceil(v) + 2, 0, lim)) for v, lim in ((fc[:, 0].max(), w), (fc[:, 1].max(), h)))
     if x1 <= x0 or y1 <= y0:
         return out
     if color_match or keep_detail:

@@ -17,69 +17,34 @@ The device work is float32 only (no float64: slow on most GPUs, missing on some 
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .faces import apply_affines, invert_affines
+from .align import source_window
+from .faces import invert_affines
+from .paste import MASK_EPS, footprint_box, mask_bbox
 
-MASK_EPS = 1e-4  # paste_back's footprint threshold (mask > 1e-4)
-
-
-# --- host-side geometry (float64, same expressions as paste.py / align.py) ----------------------
-def _frame_box(affine: np.ndarray, bbox: tuple[int, int, int, int], height: int, width: int
-               ) -> tuple[int, int, int, int]:
-    """paste_back's x0, y0, x1, y1 for a mask whose pixels above MASK_EPS span columns
-    xmin..xmax and rows ymin..ymax (inclusive): the bbox mapped into the frame, +2 px for the
-    bilinear spread, clipped to the frame. Mirrors paste.paste_back line for line."""
-    xmin, ymin, xmax, ymax = bbox
-    corners = np.array([[xmin, ymin], [xmax + 1, ymin], [xmin, ymax + 1], [xmax + 1, ymax + 1]], np.float64)
-    inv = invert_affines(np.asarray(affine, np.float64).reshape(2, 3))
-    fc = apply_affines(corners, inv)
-    x0, y0 = (int(np.clip(math.floor(v) - 2, 0, lim))
-              for v, lim in ((fc[:, 0].min(), width), (fc[:, 1].min(), height)))
-    x1, y1 = (int(np.clip(math.ceil(v) + 2, 0, lim))
-              for v, lim in ((fc[:, 0].max(), width), (fc[:, 1].max(), height)))
-    return x0, y0, x1, y1
-
-
+# --- host-side geometry (float64, the expressions paste.py / align.py use) ----------------------
 def _prefilter_plan(affine: np.ndarray, box: tuple[int, int, int, int], size: int) -> tuple[int, int, int]:
     """(k, ax, ay): the box pre-filter warp_image applies when paste_back warps an [size, size]
     crop into `box` (x0, y0, x1, y1): k crop pixels per block (1 = none) and the block grid's
-    anchor in the crop. warp_image filters only the crop region the output can reach, so its
-    blocks start at that region's corner; mirrored here line for line so the same blocks are
-    averaged (k = 1 needs no anchor: sampling the whole crop equals sampling the region, whose
-    2k + 2 px margin keeps every bilinear tap inside it unless it ends at the crop's own edge)."""
+    anchor in the crop. warp_image filters only the crop region the output can reach
+    (align.source_window), so its blocks start at that region's corner (k = 1 needs no anchor:
+    sampling the whole crop equals sampling the region, whose 2k + 2 px margin keeps every bilinear
+    tap inside it unless it ends at the crop's own edge)."""
     x0, y0, x1, y1 = box
-    out_w, out_h = x1 - x0, y1 - y0
     a = invert_affines(np.asarray(affine, np.float64).reshape(2, 3)).copy()  # crop -> frame
     a[:, 2] -= (x0, y0)
-    inv = np.linalg.inv(np.vstack([a, [0, 0, 1]]))[:2]  # box -> crop
-    corners = inv @ np.array([[0, out_w, 0, out_w], [0, 0, out_h, out_h], [1, 1, 1, 1]], np.float64)
-    k = int(1.0 / max(math.sqrt(abs(np.linalg.det(a[:, :2]))), 1e-12))
-    k = k if k >= 2 else 1
+    k, rx0, ry0, rx1, ry1 = source_window(a, x1 - x0, y1 - y0, size, size)
     if k == 1:
         return 1, 0, 0
-    pad = 2 * k + 2
-    rx0 = int(np.clip(math.floor(corners[0].min()) - pad, 0, size - 1))
-    ry0 = int(np.clip(math.floor(corners[1].min()) - pad, 0, size - 1))
-    rx1 = int(np.clip(math.ceil(corners[0].max()) + pad, rx0 + 1, size))
-    ry1 = int(np.clip(math.ceil(corners[1].max()) + pad, ry0 + 1, size))
     if ry1 - ry0 < 2 * k or rx1 - rx0 < 2 * k:  # warp_image skips the filter for tiny regions
         return 1, 0, 0
     # a block grid over the whole crop starting at (rx0 % k, ry0 % k) contains the region's blocks
     # (shifted by whole blocks), and where the region ends at the crop's edge both end on the same
     # last whole block, so replicate-border sampling sees the same pixels
     return k, rx0 % k, ry0 % k
-
-
-def _np_mask_bbox(mask: np.ndarray) -> tuple[int, int, int, int] | None:
-    ys, xs = np.nonzero(np.asarray(mask, np.float32) > MASK_EPS)
-    if not len(ys):
-        return None
-    return int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())
 
 
 def paste_footprint(affines: np.ndarray, masks: np.ndarray, height: int, width: int) -> tuple[slice, slice]:
@@ -91,9 +56,9 @@ def paste_footprint(affines: np.ndarray, masks: np.ndarray, height: int, width: 
     a = np.asarray(affines, np.float64).reshape(-1, 2, 3)
     m = np.asarray(masks, np.float32)
     if m.ndim == 2:  # one mask for all frames: one bbox
-        bboxes = [_np_mask_bbox(m)] * len(a)
+        bboxes = [mask_bbox(m)] * len(a)
     elif m.ndim == 3 and len(m) == len(a):
-        bboxes = [_np_mask_bbox(mt) for mt in m]
+        bboxes = [mask_bbox(mt) for mt in m]
     else:
         raise ValueError(f"masks must be [N, S, S] (one per affine) or [S, S], got {m.shape} for {len(a)} affines")
     x0 = y0 = None
@@ -101,7 +66,7 @@ def paste_footprint(affines: np.ndarray, masks: np.ndarray, height: int, width: 
     for t, bbox in enumerate(bboxes):
         if bbox is None:
             continue
-        bx0, by0, bx1, by1 = _frame_box(a[t], bbox, height, width)
+        bx0, by0, bx1, by1 = footprint_box(a[t], bbox, height, width)
         if bx1 <= bx0 or by1 <= by0:  # paste_back writes nothing for this frame
             continue
         x0, y0 = (bx0, by0) if x0 is None else (min(x0, bx0), min(y0, by0))
@@ -216,7 +181,7 @@ def paste_boxes(box: torch.Tensor, crops: torch.Tensor, affines: np.ndarray | to
     for t, bbox in enumerate(_torch_mask_bboxes(masks)):
         if bbox is None:
             continue
-        fb = _frame_box(a[t], bbox, oy + bh, ox + bw)
+        fb = footprint_box(a[t], bbox, oy + bh, ox + bw)
         if fb[2] > max(fb[0], ox) and fb[3] > max(fb[1], oy):  # writes something inside the box
             frames_boxes[t] = fb
     if not frames_boxes:
