@@ -172,7 +172,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
     from .engines.talking_head.render_video import render_talking_video
-    from .nodes.talking_head_nodes import generate_crops
+    from .engines.talking_head.generate import generate_crops
 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds)
     gen = timer.run("talking_head", generate_crops, faces, wave, rate, model, fps, backend=backend)

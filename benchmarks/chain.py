@@ -92,7 +92,7 @@ def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model
     path = out_dir / f"chain_{backend}_{model.replace(':', '_')}{'_headless' if headless else ''}.mp4"
     if headless:
         from digital_human.engines.talking_head.render_video import render_talking_video
-        from digital_human.nodes.talking_head_nodes import generate_crops
+        from digital_human.engines.talking_head.generate import generate_crops
 
         gen = stage("talking_head", generate_crops, faces, speech.waveform, speech.sample_rate, model, 25.0,
                     backend=backend)
@@ -134,7 +134,7 @@ def headless_parity(text: str, speaker, face_image, model: str) -> dict:
     from digital_human.engines.talking_head.render_video import compose_chunks, paste_and_smooth
     from digital_human.media.yuv import rgb_to_yuv420p
     from digital_human.nodes.image_convert import image_to_uint8, uint8_to_image
-    from digital_human.nodes.talking_head_nodes import generate_crops
+    from digital_human.engines.talking_head.generate import generate_crops
     from digital_human.nodes.video_nodes import FaceAlign, TemporalSmooth
     from digital_human.nodes.voice_nodes import TRT_TTS
 

@@ -74,6 +74,7 @@ class TRT_TalkingHead:
                 avatar: Any = None):
         from ..audio import from_comfy_audio
         from ..engines.talking_head.driver import paste_generated, phase_progress
+        from ..engines.talking_head.generate import generate_crops
 
         wave, rate = from_comfy_audio(audio)
         progress: Progress | None = None
@@ -84,7 +85,7 @@ class TRT_TalkingHead:
             progress.update(done - progress.done)
 
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
-                              backend, precision, avatar, phase_progress(report_progress, 0))
+                              backend, precision, avatar, phase_progress(report_progress, 0), interrupted)
         result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TRT_TalkingHead: %s", warning)
@@ -128,6 +129,7 @@ class TalkingHeadVideo:
                smooth_strength: float = 0.5, format: str = "mp4", crf: int = 18,
                filename_prefix: str = "digital_human/clone", avatar: Any = None):
         from ..audio import from_comfy_audio
+        from ..engines.talking_head.generate import generate_crops
         from ..engines.talking_head.render_video import render_talking_video
         from .video_nodes import _video_value, next_output_path
 
@@ -139,8 +141,8 @@ class TalkingHeadVideo:
 
         path, subfolder = next_output_path(filename_prefix, format)  # a bad prefix fails before any work
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
-                              backend, precision, avatar, report_progress(0, 40))
-        result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro" if smooth_strength > 0 else "none",
+                              backend, precision, avatar, report_progress(0, 40), interrupted)
+        result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro",
                                       smooth_strength=smooth_strength, fmt=format, crf=crf,
                                       progress=report_progress(40, 60), should_stop=interrupted)
         for warning in result.warnings:
@@ -150,25 +152,6 @@ class TalkingHeadVideo:
         ui = {"images": [{"filename": path.name, "subfolder": subfolder, "type": "output"}], "animated": (True,),
               "text": [report]}
         return {"ui": ui, "result": (_video_value(result.path), str(result.path), report)}
-
-
-def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loop_mode: str = "ping-pong",
-                   batch_size: int = 0, strength: float = 1.0, max_audio_seconds: float = 600.0,
-                   backend: str = "auto", precision: str = "auto", avatar: Any = None, progress=None) -> Any:
-    """The model's crops for every output frame (GeneratedCrops), for `portrait` or `clone:<name>` / an avatar."""
-    if avatar is not None or model.startswith("clone:"):
-        from ..engines.talking_head.clone_infer import clone_crops
-
-        return clone_crops(avatar if avatar is not None else model.split(":", 1)[1], faces, wave, rate, fps,
-                           loop_mode=loop_mode, batch_size=batch_size, backend=backend, precision=precision,
-                           max_audio_seconds=max_audio_seconds, progress=progress, should_stop=interrupted)
-    if model == "portrait":
-        from ..engines.talking_head.portrait import portrait_crops
-
-        return portrait_crops(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
-                              max_audio_seconds=max_audio_seconds, batch_size=batch_size, progress=progress,
-                              should_stop=interrupted)
-    raise ValueError(f"model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
 
 
 class TrainAvatar:

@@ -67,9 +67,9 @@ class GeneratedCrops:
     def output_track(self, frames: np.ndarray) -> FaceTrack:
         """The DH_FACES of the output: the scheduled reference arrays with `frames` (the pasted output),
         the generated crops and the output landmarks."""
-        sched = schedule_track(self.track, self.idx, self.fps, frames=frames)
-        lms = sched.landmarks if self.landmarks is None else np.asarray(self.landmarks, np.float32)
-        return replace(sched, crops=self.crops, landmarks=lms, warnings=list(sched.warnings) + self.warnings)
+        lms = None if self.landmarks is None else np.asarray(self.landmarks, np.float32)
+        sched = schedule_track(self.track, self.idx, self.fps, frames=frames, crops=self.crops, landmarks=lms)
+        return replace(sched, warnings=list(sched.warnings) + self.warnings)
 
 
 def paste_generated(gen: GeneratedCrops, batch_size: int = 32, progress: Callable[[int, int], None] | None = None,
@@ -143,17 +143,20 @@ def frame_schedule(n_ref: int, n_out: int, mode: str = "ping-pong", src_fps: flo
 
 
 def schedule_track(track: FaceTrack, indices: np.ndarray, fps: float | None = None,
-                   frames: np.ndarray | None = None) -> FaceTrack:
+                   frames: np.ndarray | None = None, crops: np.ndarray | None = None,
+                   landmarks: np.ndarray | None = None) -> FaceTrack:
     """A FaceTrack whose per-frame arrays follow `indices` (frames are views-by-copy of the
-    reference frames; memory grows with the output length). `fps`: the output clock. `frames`:
-    use these (already scheduled) frames instead of copying the reference's."""
+    reference frames; memory grows with the output length). `fps`: the output clock. `frames`,
+    `crops`, `landmarks`: use these (already per output frame) instead of copying the reference's."""
     idx = np.asarray(indices, np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= len(track)):
         raise ValueError(f"schedule indices must be in 0..{len(track) - 1}, got {idx.min()}..{idx.max()}")
     return replace(track, frames=track.frames[idx] if frames is None else frames, fps=float(fps or track.fps),
-                   found=track.found[idx], boxes=track.boxes[idx], landmarks=track.landmarks[idx], affines=track.affines[idx],
-                   presence=track.presence[idx], crops=track.crops[idx], warnings=list(track.warnings),
-                   scene_cuts=[], interpolated_count=int(np.count_nonzero(~track.found[idx])))
+                   found=track.found[idx], boxes=track.boxes[idx],
+                   landmarks=track.landmarks[idx] if landmarks is None else landmarks, affines=track.affines[idx],
+                   presence=track.presence[idx], crops=track.crops[idx] if crops is None else crops,
+                   warnings=list(track.warnings), scene_cuts=[],
+                   interpolated_count=int(np.count_nonzero(~track.found[idx])))
 
 
 def render_frames(track_sched: FaceTrack, generated_crops: np.ndarray, masks: np.ndarray, *,
