@@ -315,6 +315,13 @@ def _pad_spec(w: int, h: int, pad_mode: str) -> tuple[int, int, str]:
     return pw, ph, ", ".join(desc)
 
 
+
+def _pad_frames(frames: np.ndarray, pad_h: int, pad_w: int, pad_mode: str) -> np.ndarray:
+    """[N, H, W, 3] padded at the bottom/right to even sizes: repeated edge pixels or black."""
+    widths = ((0, 0), (0, pad_h), (0, pad_w), (0, 0))
+    return np.pad(frames, widths, mode="edge" if pad_mode == "edge" else "constant")
+
+
 def _frame_chunks(
     frames: np.ndarray, n_out: int, pad_w: int, pad_h: int, pad_mode: str
 ):
@@ -332,8 +339,7 @@ def _frame_chunks(
             if chunk.dtype != np.uint8:
                 chunk = (np.clip(chunk, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
             if pad_w or pad_h:
-                widths = ((0, 0), (0, pad_h), (0, pad_w), (0, 0))
-                chunk = np.pad(chunk, widths, mode="edge" if pad_mode == "edge" else "constant")
+                chunk = _pad_frames(chunk, pad_h, pad_w, pad_mode)
         yield end, np.ascontiguousarray(chunk)
 
 
@@ -386,9 +392,7 @@ def _stream_chunks(
                 continue
             frames = np.ascontiguousarray(arr).reshape(k, frame_bytes)
             if pad_w or pad_h:  # rgb24 only: yuv420p streams are even-sized
-                widths = ((0, 0), (0, pad_h), (0, pad_w), (0, 0))
-                frames = np.pad(frames.reshape(k, h, w, 3), widths, mode="edge" if pad_mode == "edge" else "constant")
-                frames = frames.reshape(k, -1)
+                frames = _pad_frames(frames.reshape(k, h, w, 3), pad_h, pad_w, pad_mode).reshape(k, -1)
             frames = frames[: n_out - written]
             if n_out > n:  # a copy: the producer may reuse its buffer for the next chunk
                 last = frames[-1:].copy()

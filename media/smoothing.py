@@ -427,7 +427,8 @@ def _smooth_sub_box_in_torch(x: np.ndarray, m: np.ndarray | None, ys: slice, xs:
 def _filter_tensor(x, m, cuts: set[int], dt: float, causal: bool, params: dict,
                    progress: Callable[[int, int], None] | None):
     """The forward/backward passes on a torch tensor x [N, h, w, 3] (mask m [N, h, w] / [h, w] or
-    None), in place; step for step the numpy code's float32 arithmetic (parity is tested on the CPU)."""
+    None), in place; the numpy filter's steps in float32 (the numpy code groups a few products
+    differently for speed, so results agree to float32 rounding; parity is tested on the CPU)."""
     n = len(x)
     m = None if m is None else m[..., None]
     two_pi_dt = 2.0 * math.pi * dt

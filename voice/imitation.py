@@ -62,12 +62,6 @@ class ImitationResult:
         """The imitated voice pack ([rows, 1, 256]); strength 0 = base voice, 1 = full imitation."""
         return apply_offset(base_pack, self.timbre_offset * float(strength))
 
-    def pitch(self, strength: float = 1.0) -> float:
-        return float(self.f0_scale ** float(strength))
-
-    def formant(self, strength: float = 1.0) -> float:
-        return float(self.formant_scale ** float(strength))
-
 
 def apply_offset(pack: np.ndarray, offset: np.ndarray) -> np.ndarray:
     out = np.array(pack, dtype=np.float32, copy=True)
