@@ -180,7 +180,8 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
     t0 = time.perf_counter()
     result: dict = {"config": config.to_dict(), "amp": not args.no_amp, "seed": args.seed,
                     "shape_weight": args.shape_weight, "audio_dropout": args.audio_dropout,
-                    "mouth_weight": args.mouth_weight, "augment_audio": args.augment_audio, "baseline_a": held.baseline,
+                    "mouth_weight": args.mouth_weight, "augment_audio": args.augment_audio,
+                    "time_stretch": args.time_stretch, "baseline_a": held.baseline,
                     "eval_frames": sub, "baseline_a_eval_frames": held.baseline_for(sub), "curve": curve,
                     "loss_curve": losses, "target_reached": False, "reached_at": None,
                     "footage_seconds": len(data.usable) / data.fps}
@@ -215,7 +216,7 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
     fit = fit_clone(data, config, steps=args.steps, time_budget_s=args.budget, device=args.device,
                     batch_size=args.batch, monitor=monitor, monitor_every=args.eval_every, amp=not args.no_amp,
                     augment_audio=args.augment_audio, seed=args.seed, shape_weight=args.shape_weight,
-                    audio_dropout=args.audio_dropout, mouth_weight=args.mouth_weight,
+                    audio_dropout=args.audio_dropout, mouth_weight=args.mouth_weight, time_stretch=args.time_stretch,
                     progress=lambda s, n, l: losses.append((s, l)) if s % 50 == 0 else None,
                     status=lambda text: print(text, flush=True))
     te = time.perf_counter()
@@ -407,6 +408,8 @@ def main() -> None:
     # the recipe's three regularisers (fit_clone's defaults; the recipe before 2026-11-29's third run: 0 / 0 / 4)
     ap.add_argument("--shape-weight", type=float, default=0.2, help="fit_clone's lip-shape loss weight")
     ap.add_argument("--audio-dropout", type=float, default=0.3, help="fit_clone's audio-embedding dropout")
+    ap.add_argument("--time-stretch", type=float, default=1.0,
+                    help="fit_clone's audio time-stretch augmentation (max factor; 1 = off)")
     ap.add_argument("--mouth-weight", type=float, default=10.0, help="clone_loss's extra weight on the mouth box")
     ap.add_argument("--dump", action="store_true",
                     help="also write landmarks.npz and FP16 weights for CPU-side analysis")

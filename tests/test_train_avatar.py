@@ -301,6 +301,30 @@ def test_audio_augmentation_keeps_time_alignment():
     assert torch.all((per_sample > 0.89) & (per_sample < 1.11))
 
 
+def test_time_stretch_keeps_the_frame_instant_and_scales_time():
+    """stretch_windows reads centre + factor * (t - centre): on a ramp in time the centre stays put
+    (the mouth stays in sync), slopes scale by the factor, the edges repeat the edge column, and a
+    factor of 1 is the identity."""
+    import torch
+
+    from digital_human.engines.talking_head.train_avatar import augment_windows, stretch_windows
+
+    t = torch.arange(40, dtype=torch.float32) - 19.5  # window time relative to its centre
+    w = t.expand(3, 1, 8, 40).clone()
+    out = stretch_windows(w, torch.tensor([1.0, 0.8, 1.25]))
+    assert torch.allclose(out[0], w[0], atol=1e-5)
+    assert torch.allclose(out[1], 0.8 * w[1], atol=1e-4)  # slower speech: everything stays inside
+    inner = t.abs() * 1.25 <= 19.5
+    assert torch.allclose(out[2][..., inner], 1.25 * w[2][..., inner], atol=1e-4)
+    assert torch.allclose(out[2][..., ~inner].abs(), torch.full_like(out[2][..., ~inner], 19.5), atol=1e-4)
+    torch.manual_seed(1)
+    a = augment_windows(t.expand(64, 1, 8, 40).clone(), strength=1.0, time_stretch=1.25)
+    slopes = (a[..., 21] - a[..., 18]) / 3.0  # near the centre: gain x stretch; EQ offsets cancel
+    kept = slopes != 0
+    assert slopes[kept].min() > 0.9 / 1.25 - 1e-4 and slopes[kept].max() < 1.1 * 1.25 + 1e-4
+    assert ((slopes[kept] < 0.89) | (slopes[kept] > 1.11)).any()  # some windows really were stretched
+
+
 def test_shape_components_are_whitened_pca_of_the_usable_frames():
     from digital_human.engines.talking_head.train_avatar import shape_components
 

@@ -248,18 +248,40 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def augment_windows(windows, strength: float = 1.0):
+def stretch_windows(windows, factors):
+    """Windows [B, 1, mels, T] resampled in time about their centre (the video frame's instant, which
+    stays put): output column x reads input time centre + factors[b] * (x - centre), linearly
+    interpolated; beyond the edges the edge column repeats. factors > 1: faster speech."""
+    import torch
+    import torch.nn.functional as F
+
+    b = windows.shape[0]
+    theta = torch.zeros(b, 2, 3, device=windows.device, dtype=windows.dtype)
+    theta[:, 0, 0] = factors.to(windows.dtype)  # x is time; normalised 0 is the window's centre
+    theta[:, 1, 1] = 1.0                        # y (mel bins) unchanged
+    grid = F.affine_grid(theta, list(windows.shape), align_corners=False)
+    return F.grid_sample(windows, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def augment_windows(windows, strength: float = 1.0, time_stretch: float = 1.0):
     """Training-time jitter of normalised log-mel windows [B, 1, mels, T] (torch): a random EQ per
     sample (each mel bin offset by N(0, 0.15) of the clip's std - another microphone or room), a gain
     of 0.9-1.1, and with probability 1/2 one band of 1-10 mel bins blanked to the clip mean (0), as
-    SpecAugment does; `strength` scales the offsets, the gain range and the widest band. Time is left
-    alone: the mouth must stay in sync."""
+    SpecAugment does; `strength` scales the offsets, the gain range and the widest band.
+    time_stretch > 1: each window is also resampled in time about its centre column (the video
+    frame's instant, which stays put, so the mouth stays in sync) by a factor drawn log-uniformly in
+    [1/time_stretch, time_stretch] - the same words spoken faster or slower; columns beyond the
+    window's edges repeat the edge column."""
     import torch
 
     b, _, mels, _ = windows.shape
     dev = windows.device
+    out = windows
+    if time_stretch > 1.0:
+        log_max = math.log(float(time_stretch))
+        out = stretch_windows(windows, torch.exp(torch.empty(b, device=dev).uniform_(-log_max, log_max)))
     spread = 0.1 * strength
-    out = windows * torch.empty(b, 1, 1, 1, device=dev).uniform_(1.0 - spread, 1.0 + spread)
+    out = out * torch.empty(b, 1, 1, 1, device=dev).uniform_(1.0 - spread, 1.0 + spread)
     out = out + 0.15 * strength * torch.randn(b, 1, mels, 1, device=dev)
     width = torch.randint(1, max(2, int(round(10 * strength)) + 1), (b,), device=dev)
     start = (torch.rand(b, device=dev) * (mels - width + 1)).long()
@@ -278,7 +300,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
               monitor_every: int = 0, amp: bool | None = None, warmup_steps: int = 100,
               clip_grad_norm: float = 1.0, max_bad_steps: int = 50, augment_audio: float = 1.0,
               shape_weight: float = 0.2, shape_components_k: int = 8, audio_dropout: float = 0.3,
-              mouth_weight: float = 10.0) -> FitResult:
+              mouth_weight: float = 10.0, time_stretch: float = 1.0) -> FitResult:
     """Train (or continue training) the generator on prepared data. Stops at `steps` total steps or
     after `time_budget_s` seconds of training (whichever first), or when `monitor` returns True.
 
@@ -339,7 +361,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     opt = torch.optim.Adam(trained, lr=lr, betas=(0.9, 0.999))
     # the footage, the architecture and the recipe: a checkpoint of other data or settings is not continued
     fingerprint = (f"{data.fingerprint()}|{config}|shape{shape_weight:g}x{shape_components_k}|drop{audio_dropout:g}"
-                   f"|mouth{mouth_weight:g}|augment{augment_audio:g}")
+                   f"|mouth{mouth_weight:g}|augment{augment_audio:g}|stretch{time_stretch:g}")
     step, elapsed, ema, history = 0, 0.0, None, []
     if resume and checkpoint_path is not None and checkpoint_path.is_file():
         state = torch.load(checkpoint_path, map_location=dev, weights_only=True)
@@ -405,7 +427,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         gain = torch.empty(bs, 1, 1, 1, device=dev).uniform_(0.85, 1.15)  # lighting jitter, same for all inputs
         target = (regions[ti].float() / 255.0 * gain).clamp(0, 1)
         reference = (regions[ri].float() / 255.0 * gain).clamp(0, 1)
-        audio = augment_windows(windows[ti], augment_audio) if augment_audio > 0 else windows[ti]
+        audio = augment_windows(windows[ti], augment_audio, time_stretch) if augment_audio > 0 else windows[ti]
         with autocast:
             pred, embedding = model.forward_parts(target, reference, audio)
         with no_autocast:  # SSIM's variance terms (E[x^2] - E[x]^2) cancel badly in low precision
