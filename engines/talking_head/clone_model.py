@@ -151,6 +151,15 @@ class CloneGenerator(nn.Module):
     def forward_parts(self, source: torch.Tensor, reference: torch.Tensor,
                       audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(region, audio embedding): training supervises the embedding too (train_avatar's shape loss)."""
+        embedding = self.audio(audio)
+        a = embedding
+        if self.training and self.audio_dropout > 0:  # training-time regulariser; a no-op in eval/ONNX
+            a = F.dropout(a, self.audio_dropout, training=True)
+        return self.render(source, reference, a), embedding
+
+    def render(self, source: torch.Tensor, reference: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """The region from an already computed audio embedding [B, audio_dim] (forward's image path;
+        benchmarks edit embeddings, e.g. smooth them over time, before rendering)."""
         hole = self.hole.to(source.dtype)
         masked = source * (1.0 - hole)
         x = self.stem(torch.cat([masked, reference], dim=1) - 0.5)
@@ -158,10 +167,7 @@ class CloneGenerator(nn.Module):
         for block in self.down:
             x = block(x)
             skips.append(x)
-        a = self.audio(audio)
-        embedding = a
-        if self.training and self.audio_dropout > 0:  # training-time regulariser; a no-op in eval/ONNX
-            a = F.dropout(a, self.audio_dropout, training=True)
+        a = embedding
         x = self.film_b(skips.pop(), a)
         x = self.mid(torch.cat([x, a[:, :, None, None].expand(-1, -1, x.shape[2], x.shape[3])], dim=1))
         for i, block in enumerate(self.up):
@@ -171,7 +177,7 @@ class CloneGenerator(nn.Module):
             if i == 0:
                 x = self.film_d(x, a)
         out = self._head(x)
-        return masked + hole * out.to(masked.dtype), embedding
+        return masked + hole * out.to(masked.dtype)
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         """Last conv + sigmoid, in FP32 under autocast. In bf16 sigmoid(x) rounds to exactly 1.0 for
