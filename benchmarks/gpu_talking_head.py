@@ -385,7 +385,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pack", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--budget", type=float, default=150.0, help="training seconds (default 150)")
+    ap.add_argument("--budget", type=float,
+                    help="training seconds (default 150 without --steps; with --steps, no time limit unless given)")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--batch", type=int)
     ap.add_argument("--eval-every", type=int, default=1000, help="steps between held-out scorings (0: final only)")
@@ -417,6 +418,8 @@ def main() -> None:
     if args.tiny:
         args.steps, args.budget, args.eval_every, args.batch = args.steps or 6, None, 3, args.batch or 4
         args.eval_frames = min(args.eval_frames or 60, 60)
+    elif args.budget is None and args.steps is None:
+        args.budget = 150.0
     import_pack()
     import torch
 
