@@ -319,7 +319,9 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     mouth box. These three defaults (0.2 / 0.3 / 10; before: 0 / 0 / 4) gave -27.1% mean over four 150-s H200
     runs against -25.3% over two of the old recipe - within the 2.8-point spread between repeats of one run -
     and raised the held-out mouth opening's correlation with the real one from 0.32-0.37 to 0.41-0.46
-    (benchmarks/RESULTS.md)."""
+    (benchmarks/RESULTS.md). time_stretch > 1: the audio windows are also resampled in time by up to that
+    factor (augment_windows); off by default: at 1.25 three H200 runs averaged -26.9% against the default's
+    -27.1% (benchmarks/RESULTS.md, fourth session)."""
     import torch
     import torch.nn.functional as F
 
@@ -361,7 +363,8 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     opt = torch.optim.Adam(trained, lr=lr, betas=(0.9, 0.999))
     # the footage, the architecture and the recipe: a checkpoint of other data or settings is not continued
     fingerprint = (f"{data.fingerprint()}|{config}|shape{shape_weight:g}x{shape_components_k}|drop{audio_dropout:g}"
-                   f"|mouth{mouth_weight:g}|augment{augment_audio:g}|stretch{time_stretch:g}")
+                   f"|mouth{mouth_weight:g}|augment{augment_audio:g}"
+                   + (f"|stretch{time_stretch:g}" if time_stretch > 1.0 else ""))  # off: as before, resumable
     step, elapsed, ema, history = 0, 0.0, None, []
     if resume and checkpoint_path is not None and checkpoint_path.is_file():
         state = torch.load(checkpoint_path, map_location=dev, weights_only=True)
