@@ -323,6 +323,11 @@ def test_time_stretch_keeps_the_frame_instant_and_scales_time():
     kept = slopes != 0
     assert slopes[kept].min() > 0.9 / 1.25 - 1e-4 and slopes[kept].max() < 1.1 * 1.25 + 1e-4
     assert ((slopes[kept] < 0.89) | (slopes[kept] > 1.11)).any()  # some windows really were stretched
+    from digital_human.engines.talking_head.train_avatar import fit_clone
+
+    data, _ = _synthetic_data(TINY, n=20)
+    with pytest.raises(ValueError, match="time_stretch .* >= 1"):
+        fit_clone(data, TINY, steps=1, device="cpu", time_stretch=0.8)
 
 
 def test_shape_components_are_whitened_pca_of_the_usable_frames():

@@ -328,6 +328,8 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     dev = resolve_device(device)
     if steps is not None and int(steps) < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
+    if not time_stretch >= 1.0:
+        raise ValueError(f"time_stretch is a largest stretch factor: >= 1 (1 = off), got {time_stretch}")
     if time_budget_s is not None and not time_budget_s > 0:
         raise ValueError(f"time_budget_s must be > 0 seconds, got {time_budget_s}")
     if steps is None and time_budget_s is None:
