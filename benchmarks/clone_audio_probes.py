@@ -68,11 +68,9 @@ def main() -> None:
     args = ap.parse_args()
     import_pack()
     import eval_talking_head as eth
-    from mouth_audio_analysis import load, pooled, ridge
+    from mouth_audio_analysis import LipShapes, load, pooled, ridge
 
-    from digital_human.engines.talking_head.train_avatar import pick_neutral_frame
-    from digital_human.vision.lipsync_metrics import MOUTH_POINTS, TEMPLATE_INDEX, _similarity_align, \
-        mouth_landmark_distance
+    from digital_human.vision.lipsync_metrics import mouth_landmark_distance
 
     clips = {}
     for name in (TRAIN, TEST):
@@ -83,23 +81,9 @@ def main() -> None:
                            frames=len(track), fps=track.fps, segments=phone_segments(wave, sr))
     a, b = clips[TRAIN], clips[TEST]
 
-    # lip shapes in a common frame, as mouth_audio_analysis.py section 1
-    ref, mouth = a["lms"].mean(0), np.array(MOUTH_POINTS)
-    norm_a = np.stack([_similarity_align(x, ref, TEMPLATE_INDEX) for x in a["lms"]])[:, mouth].reshape(len(a["lms"]), -1)
-    norm_b = np.stack([_similarity_align(x, ref, TEMPLATE_INDEX) for x in b["lms"]])[:, mouth].reshape(len(b["lms"]), -1)
-
-    def as_frames(mouths: np.ndarray) -> np.ndarray:
-        out = []
-        for m, real in zip(mouths, b["lms"]):
-            n = _similarity_align(real, ref, TEMPLATE_INDEX)
-            n[mouth] = m.reshape(-1, 2)
-            out.append(_similarity_align(n, real, TEMPLATE_INDEX))
-        return np.stack(out)
-
-    neutral = pick_neutral_frame(a["lms"], np.arange(len(a["lms"])))
-    base = mouth_landmark_distance(as_frames(np.repeat(norm_a[neutral][None], len(b["lms"]), 0)), b["lms"])
-    mean_a = norm_a.mean(0)
-    _, s, vt = np.linalg.svd(norm_a - mean_a, full_matrices=False)
+    shapes = LipShapes(a["lms"], b["lms"])  # lip shapes in a common frame, baseline (a)
+    norm_a, norm_b, mean_a, s, vt = shapes.norm_a, shapes.norm_b, shapes.mean_a, shapes.s, shapes.vt
+    as_frames, base = shapes.as_frames, shapes.base
 
     # 1. phones vs mel, ridge 01a -> 01b
     k = 4

@@ -66,6 +66,40 @@ def zscore(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / x.std()
 
 
+class LipShapes:
+    """Lip landmarks of a training clip (a) and a test clip (b) in one frame: each face similarity-aligned
+    on the rigid points onto a's average face, the mouth points flattened ([N, 2 * points]); a's mean and
+    principal axes (s, vt); baseline (a)'s MLD (a's neutral-frame mouth on every b frame)."""
+
+    def __init__(self, la: np.ndarray, lb: np.ndarray) -> None:
+        from digital_human.engines.talking_head.train_avatar import pick_neutral_frame
+        from digital_human.vision.lipsync_metrics import MOUTH_POINTS, mouth_landmark_distance
+
+        self.lb, self.ref, self.mouth = lb, la.mean(0), np.array(MOUTH_POINTS)
+        self.norm_a = self.normalise(la)
+        self.norm_b = self.normalise(lb)
+        self.mean_a = self.norm_a.mean(0)
+        _, self.s, self.vt = np.linalg.svd(self.norm_a - self.mean_a, full_matrices=False)
+        neutral = pick_neutral_frame(la, np.arange(len(la)))
+        self.base = mouth_landmark_distance(self.as_frames(np.repeat(self.norm_a[neutral][None], len(lb), 0)), lb)
+
+    def normalise(self, lms: np.ndarray) -> np.ndarray:
+        from digital_human.vision.lipsync_metrics import TEMPLATE_INDEX, _similarity_align
+
+        return np.stack([_similarity_align(x, self.ref, TEMPLATE_INDEX) for x in lms])[:, self.mouth].reshape(len(lms), -1)
+
+    def as_frames(self, mouths: np.ndarray) -> np.ndarray:
+        """Each b frame's landmarks with its mouth replaced by `mouths` (normalised), mapped back to the frame."""
+        from digital_human.vision.lipsync_metrics import TEMPLATE_INDEX, _similarity_align
+
+        out = []
+        for m, real in zip(mouths, self.lb):
+            n = _similarity_align(real, self.ref, TEMPLATE_INDEX)
+            n[self.mouth] = m.reshape(-1, 2)
+            out.append(_similarity_align(n, real, TEMPLATE_INDEX))
+        return np.stack(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path(os.environ.get(
@@ -73,31 +107,15 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/dh_talking_head_eval"))
     args = ap.parse_args()
     import_pack()
-    from digital_human.engines.talking_head.train_avatar import pick_neutral_frame
-    from digital_human.vision.lipsync_metrics import MOUTH_POINTS, TEMPLATE_INDEX, _similarity_align, \
-        mouth_landmark_distance
+    from digital_human.vision.lipsync_metrics import mouth_landmark_distance
 
     clips = {name: load(name, args.data, args.cache) for name in (TRAIN, TEST, *OTHERS)}
     (la, wa, oa), (lb, wb, ob) = clips[TRAIN], clips[TEST]
 
     # 1. oracle: mouth shapes in a common frame (similarity-aligned on the rigid points)
-    ref = la.mean(0)
-    mouth = np.array(MOUTH_POINTS)
-    norm_a = np.stack([_similarity_align(x, ref, TEMPLATE_INDEX) for x in la])[:, mouth].reshape(len(la), -1)
-    norm_b = np.stack([_similarity_align(x, ref, TEMPLATE_INDEX) for x in lb])[:, mouth].reshape(len(lb), -1)
-
-    def as_frames(mouths: np.ndarray) -> np.ndarray:  # replace each 01b frame's mouth, map back to the frame
-        out = []
-        for m, real in zip(mouths, lb):
-            n = _similarity_align(real, ref, TEMPLATE_INDEX)
-            n[mouth] = m.reshape(-1, 2)
-            out.append(_similarity_align(n, real, TEMPLATE_INDEX))
-        return np.stack(out)
-
-    neutral = pick_neutral_frame(la, np.arange(len(la)))
-    base = mouth_landmark_distance(as_frames(np.repeat(norm_a[neutral][None], len(lb), 0)), lb)
-    mean_a = norm_a.mean(0)
-    _, s, vt = np.linalg.svd(norm_a - mean_a, full_matrices=False)
+    shapes = LipShapes(la, lb)
+    norm_a, norm_b, mean_a, s, vt = shapes.norm_a, shapes.norm_b, shapes.mean_a, shapes.s, shapes.vt
+    as_frames, base = shapes.as_frames, shapes.base
     print(f"baseline (a) MLD {base:.4f}; 01a mouth-shape variance in the first 3 components: "
           f"{np.round(np.cumsum(s ** 2)[:3] / np.sum(s ** 2), 3).tolist()}")
     for k in (1, 2, 3):
