@@ -6,6 +6,7 @@ process left behind are swept up by the next write of the same file.
 """
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 import time
@@ -31,7 +32,8 @@ def _umask() -> int:
 
 def _sweep_stale(path: Path) -> None:
     now = time.time()
-    for old in path.parent.glob(f".{path.stem}.*.partial{path.suffix}"):
+    # escaped: user-chosen names (avatars, save names) may hold [ ] * ?
+    for old in path.parent.glob(f".{glob.escape(path.stem)}.*.partial{glob.escape(path.suffix)}"):
         try:
             if now - old.stat().st_mtime > STALE_SECONDS:
                 old.unlink()

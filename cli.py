@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(train)
     train.add_argument("--video", required=True)
     train.add_argument("--name", required=True)
-    train.add_argument("--steps", type=int, default=5000)
+    train.add_argument("--steps", type=int, help="training steps (default: TrainAvatar's)")
     train.add_argument("--minutes", type=float, default=10.0, help="time budget")
     train.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     train.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")

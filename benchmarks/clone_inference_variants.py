@@ -40,7 +40,7 @@ def main() -> None:
     from eval_talking_head import lip_scores
 
     from digital_human.engines.talking_head.clone_model import crops_to_regions, load_generator
-    from digital_human.engines.talking_head.train_avatar import prepare_data
+    from digital_human.engines.talking_head.train_avatar import pick_neutral_frame
     from digital_human.vision.lipsync_metrics import mouth_landmark_distance
 
     if args.landmarks:  # landmark-level smoothing first: instant
@@ -60,9 +60,9 @@ def main() -> None:
     run_mesh = gth.mesh_runner(pack, Path(tempfile.mkdtemp(prefix="dh_mesh_")))
     model = load_generator(args.weights).float().eval()
     config = model.config
-    data = prepare_data(pack["a_crops"], pack["a_landmarks"], pack["a_found"], pack["a_windows"],
-                        float(pack["a_fps"]), config)
-    held = gth.HeldOut(pack, config, run_mesh, pack["a_crops"][data.neutral], None)
+    usable = np.flatnonzero(np.asarray(pack["a_found"], bool))
+    neutral = pick_neutral_frame(pack["a_landmarks"], usable)  # the avatar's reference, as prepare_data picks it
+    held = gth.HeldOut(pack, config, run_mesh, pack["a_crops"][neutral], None)
     n, batch, base_mld = len(held), 64, held.baseline["mld"]
 
     def generate(embedding_sigma: float = 0.0, references=None) -> np.ndarray:
@@ -91,7 +91,7 @@ def main() -> None:
         score(f"pixels smoothed over time, sigma {sigma:g}", gaussian_filter1d(raw, sigma, axis=0, mode="nearest"))
     for sigma in (1.0, 2.0):
         score(f"audio embedding smoothed, sigma {sigma:g}", generate(embedding_sigma=sigma))
-    spread = data.usable[np.linspace(0, len(data.usable) - 1, 6).astype(int)[1:-1]]
+    spread = usable[np.linspace(0, len(usable) - 1, 6).astype(int)[1:-1]]
     refs = [held.reference] + [crops_to_regions(pack["a_crops"][i][None], config) for i in spread]
     score(f"averaged over {len(refs)} references", generate(references=refs))
 

@@ -163,12 +163,14 @@ class TrainAvatar:
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
+        from ..engines.talking_head.train_avatar import DEFAULT_STEPS
+
         return {
             "required": {
                 "faces": ("DH_FACES",),
                 "audio": ("AUDIO", {"tooltip": "The video's own sound track."}),
                 "name": ("STRING", {"default": "my_avatar"}),
-                "steps": ("INT", {"default": 5000, "min": 10, "max": 200000}),
+                "steps": ("INT", {"default": DEFAULT_STEPS, "min": 10, "max": 200000}),
                 "time_budget_minutes": ("FLOAT", {"default": 10.0, "min": 0.5, "max": 600.0, "step": 0.5,
                                                   "tooltip": "Stop after this long even if steps remain."}),
                 "device": (["auto", "cuda", "cpu"], {"default": "auto"}),
@@ -183,11 +185,12 @@ class TrainAvatar:
     OUTPUT_NODE = True
     CATEGORY = CATEGORY
 
-    def train(self, faces: Any, audio: dict, name: str = "my_avatar", steps: int = 5000,
+    def train(self, faces: Any, audio: dict, name: str = "my_avatar", steps: int | None = None,
               time_budget_minutes: float = 10.0, device: str = "auto", resume: bool = True, seed: int = 0):
         from ..audio import from_comfy_audio
-        from ..engines.talking_head.train_avatar import train_avatar
+        from ..engines.talking_head.train_avatar import DEFAULT_STEPS, train_avatar
 
+        steps = DEFAULT_STEPS if steps is None else steps
         wave, rate = from_comfy_audio(audio)
         progress = Progress(steps, "TrainAvatar")
         status_lines: list[str] = []

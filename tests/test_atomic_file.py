@@ -65,3 +65,16 @@ def test_temporaries_of_a_killed_writer_are_swept_up(tmp_path):
     os.utime(dead, (old, old))
     write_bytes_atomic(target, b"plan")
     assert sorted(p.name for p in tmp_path.iterdir()) == [fresh.name, target.name]
+
+
+def test_sweeping_takes_names_literally(tmp_path):
+    """Glob characters in a user's file name neither hide its own stale temporaries nor match others'."""
+    target = tmp_path / "a[1].npz"
+    dead = tmp_path / ".a[1].abc123.partial.npz"
+    other = tmp_path / ".a1.abc123.partial.npz"  # what an unescaped "a[1]" pattern would match
+    old = time.time() - 7200
+    for p in (dead, other):
+        p.write_bytes(b"x")
+        os.utime(p, (old, old))
+    write_bytes_atomic(target, b"data")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, target.name]

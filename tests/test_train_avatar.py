@@ -328,6 +328,8 @@ def test_time_stretch_keeps_the_frame_instant_and_scales_time():
     data, _ = _synthetic_data(TINY, n=20)
     with pytest.raises(ValueError, match="time_stretch .* >= 1"):
         fit_clone(data, TINY, steps=1, device="cpu", time_stretch=0.8)
+    with pytest.raises(ValueError, match="needs augment_audio > 0"):
+        fit_clone(data, TINY, steps=1, device="cpu", time_stretch=1.25, augment_audio=0.0)
 
 
 def test_shape_components_are_whitened_pca_of_the_usable_frames():

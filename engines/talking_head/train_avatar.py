@@ -47,6 +47,7 @@ MOUTH_POINTS = (0, 13, 14, 17, 37, 39, 40, 61, 78, 80, 81, 82, 84, 87, 88, 91, 9
                 267, 269, 270, 291, 308, 310, 311, 312, 314, 317, 318, 321, 324, 375, 402, 405, 409, 415)
 GAP_PAIRS = ((81, 178), (82, 87), (13, 14), (312, 317), (311, 402))
 RIGID_POINTS = (33, 263, 133, 362, 168, 6, 197, 195, 5, 4, 1, 2, 98, 327, 116, 345, 9, 151)
+DEFAULT_STEPS = 5000  # TrainAvatar / CLI default on CUDA: the length of the measured H200 runs (RESULTS.md)
 CPU_CONFIG = GeneratorConfig(crop_size=128, base_channels=16)  # ~16x cheaper than the 256-px default
 GPU_CONFIG = GeneratorConfig()
 
@@ -330,10 +331,12 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         raise ValueError(f"steps must be >= 1, got {steps}")
     if not time_stretch >= 1.0:
         raise ValueError(f"time_stretch is a largest stretch factor: >= 1 (1 = off), got {time_stretch}")
+    if time_stretch > 1.0 and not augment_audio > 0:
+        raise ValueError("time_stretch is part of the audio augmentation: it needs augment_audio > 0")
     if time_budget_s is not None and not time_budget_s > 0:
         raise ValueError(f"time_budget_s must be > 0 seconds, got {time_budget_s}")
     if steps is None and time_budget_s is None:
-        steps = 5000 if dev == "cuda" else 800
+        steps = DEFAULT_STEPS if dev == "cuda" else 800
     bs = int(batch_size or (32 if dev == "cuda" else 8))
     use_amp = (dev == "cuda") if amp is None else bool(amp)
     warmup = max(0, int(warmup_steps))
