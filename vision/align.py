@@ -10,6 +10,7 @@ heights of room below it when the mouth opens.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
@@ -141,11 +142,64 @@ def warp_image(src: np.ndarray, src_to_dst: np.ndarray, out_w: int, out_h: int, 
     return out[..., 0] if squeeze else out
 
 
+def crop_frame(frame: np.ndarray, affine: np.ndarray, crop_size: int) -> np.ndarray:
+    return np.clip(np.rint(warp_image(frame, affine, crop_size, crop_size)), 0, 255).astype(np.uint8)
+
+
 def crop_frames(frames: np.ndarray, affines: np.ndarray, crop_size: int) -> np.ndarray:
     out = np.empty((len(frames), crop_size, crop_size, 3), np.uint8)
     for t in range(len(frames)):
-        out[t] = np.clip(np.rint(warp_image(frames[t], affines[t], crop_size, crop_size)), 0, 255)
+        out[t] = crop_frame(frames[t], affines[t], crop_size)
     return out
+
+
+class LazyCrops:
+    """The aligned crops of frames that are decoded on demand (media.frame_source.VideoFrames): a
+    uint8 [N, S, S, 3] array-like that warps a crop when it is read and keeps the last few, so a
+    long video's crops are never all in memory (a 5-minute clip's would be 1.7 GB at 256 px)."""
+
+    def __init__(self, frames, affines: np.ndarray, crop_size: int, keep: int = 256):
+        self.frames, self.affines, self.crop_size = frames, np.asarray(affines, np.float64), int(crop_size)
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._keep = keep
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self.frames), self.crop_size, self.crop_size, 3)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8)
+
+    def crop(self, t: int) -> np.ndarray:
+        t = int(t) + (len(self) if t < 0 else 0)
+        hit = self._cache.get(t)
+        if hit is None:
+            hit = crop_frame(self.frames[t], self.affines[t], self.crop_size)
+            hit.flags.writeable = False
+            self._cache[t] = hit
+            while len(self._cache) > self._keep:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(t)
+        return hit
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            return self.crop(int(key))
+        idx = np.arange(len(self))[key] if isinstance(key, slice) else np.asarray(key, np.int64).reshape(-1)
+        return np.stack([self.crop(int(t)) for t in idx]) if len(idx) else np.empty((0, *self.shape[1:]), np.uint8)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self[:]
+        return arr if dtype is None else arr.astype(dtype)
+
+
+def is_lazy(frames) -> bool:
+    """Frames decoded on demand (VideoFrames), as opposed to an in-memory array."""
+    return not isinstance(frames, np.ndarray) and hasattr(frames, "shape") and hasattr(frames, "frame")
 
 
 # --- input checks --------------------------------------------------------------------------------
@@ -189,7 +243,8 @@ def align_faces(frames: np.ndarray, fps: float, *, crop_size: int = 256, expand:
     scene cut; the track then follows that person). stride: frames between detector runs (auto:
     1 for a photo, fps/6 for video; the mesh tracks in between). smoothing: 0 = raw per-frame
     transform, 1 = default zero-lag smoothing, higher = steadier."""
-    frames = _check_frames(frames, input_name)
+    lazy = is_lazy(frames)
+    frames = frames if lazy else _check_frames(frames, input_name)
     n = len(frames)
     if int(crop_size) != crop_size or not 64 <= crop_size <= 2048:
         raise ValueError(f"crop_size must be a whole number of pixels in 64..2048 (256 or 512), got {crop_size}")
@@ -250,7 +305,7 @@ def align_faces(frames: np.ndarray, fps: float, *, crop_size: int = 256, expand:
         warnings.append(f"the face is tiny (~{np.median(heights):.0f} px tall, under {TINY_FACE_PX} px): "
                         f"the {crop_size}px crop is heavily upscaled and landmarks are unreliable; use "
                         "closer or higher-resolution footage")
-    crops = crop_frames(frames, affines, crop_size)
+    crops = LazyCrops(frames, affines, crop_size) if lazy else crop_frames(frames, affines, crop_size)
     return FaceTrack(frames=frames, fps=fps, crop_size=crop_size, found=found.copy(), boxes=boxes,
                      landmarks=landmarks, affines=affines, presence=raw.presence, crops=crops,
                      interpolated_count=int(missing.size), warnings=warnings, face_index=face_index,

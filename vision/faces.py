@@ -112,7 +112,10 @@ class FaceTrack:
         final = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
         # through a temporary name: a crash never leaves a truncated track that looks valid
         with atomic_path(final) as partial, open(partial, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
+            if all(isinstance(a, np.ndarray) for a in arrays.values()):
+                np.savez_compressed(handle, **arrays)
+            else:  # frames/crops decoded on demand (a long video): written frame by frame
+                _savez_streaming(handle, arrays)
         return final
 
     @classmethod
@@ -132,3 +135,21 @@ class FaceTrack:
                        warnings=[str(s) for s in z["warnings"]], face_index=int(z["face_index"]),
                        expand=float(z["expand"]), scene_cuts=[int(c) for c in z["scene_cuts"]],
                        max_faces_seen=int(z["max_faces_seen"]))
+
+
+def _savez_streaming(handle, arrays: dict) -> None:
+    """np.savez_compressed's file layout, writing array-likes (len, shape, dtype, [i]) one item at a
+    time so an on-demand video's crops are never all in memory; np.load reads it as usual."""
+    import zipfile
+
+    with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as archive:
+        for name, value in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                if isinstance(value, np.ndarray):
+                    np.lib.format.write_array(member, np.ascontiguousarray(value), allow_pickle=False)
+                    continue
+                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(value.dtype)), "fortran_order": False,
+                          "shape": tuple(int(d) for d in value.shape)}
+                np.lib.format.write_array_header_2_0(member, header)
+                for i in range(len(value)):
+                    member.write(np.ascontiguousarray(value[i], dtype=value.dtype).tobytes())

@@ -43,19 +43,27 @@ class RawTrack:
 
 
 # --- scene cuts ------------------------------------------------------------------------------
-def scene_cuts(frames: np.ndarray, threshold: float = SCENE_CUT_THRESHOLD) -> list[int]:
-    """Frames t that start a new shot: mean |frame[t] - frame[t-1]| > threshold (0..1 units).
+class CutDetector:
+    """Frames that start a new shot, one frame at a time: mean |frame[t] - frame[t-1]| > threshold
+    (0..1 units), measured on a ~64-px-wide strided grid, so 1080x1920 frames cost the same as small
+    ones and a video is never needed whole."""
 
-    Measured on a ~64-px-wide strided grid, so 1080x1920 frames cost the same as small ones."""
-    n, h, w = frames.shape[:3]
-    step = max(1, w // 64)
-    cuts, prev = [], None
-    for t in range(n):
-        cur = frames[t, ::step, ::step].astype(np.float32)
-        if prev is not None and float(np.mean(np.abs(cur - prev))) / 255.0 > threshold:
-            cuts.append(t)
-        prev = cur
-    return cuts
+    def __init__(self, width: int, threshold: float = SCENE_CUT_THRESHOLD):
+        self.step = max(1, int(width) // 64)
+        self.threshold = threshold
+        self._prev: np.ndarray | None = None
+
+    def is_cut(self, frame: np.ndarray) -> bool:
+        cur = np.asarray(frame)[::self.step, ::self.step].astype(np.float32)
+        cut = self._prev is not None and float(np.mean(np.abs(cur - self._prev))) / 255.0 > self.threshold
+        self._prev = cur
+        return cut
+
+
+def scene_cuts(frames: np.ndarray, threshold: float = SCENE_CUT_THRESHOLD) -> list[int]:
+    """Frames t that start a new shot (CutDetector over all frames)."""
+    detector = CutDetector(frames.shape[2], threshold)
+    return [t for t in range(len(frames)) if detector.is_cut(frames[t]) and t > 0]
 
 
 def segments(n: int, cuts: list[int]) -> list[tuple[int, int]]:
@@ -150,15 +158,16 @@ def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: i
     found = np.zeros(n, bool)
     landmarks = np.full((n, 468, 3), np.nan, np.float32)
     presence = np.zeros(n, np.float32)
-    cuts = scene_cuts(frames) if n > 1 else []
-    raw = RawTrack(found, landmarks, presence, scene_cuts=cuts)
-    cut_set = set(cuts)
+    # cuts are found while tracking (one pass over the frames: a long video is decoded once)
+    raw = RawTrack(found, landmarks, presence, scene_cuts=[])
+    cut_detector = CutDetector(frames.shape[2])
     prev: np.ndarray | None = None      # landmarks of the previous frame (tracking)
     last: np.ndarray | None = None      # last landmarks seen in this shot (re-acquisition)
     last_detect = -stride
     for t in range(n):
         frame = frames[t]
-        if t in cut_set:
+        if n > 1 and cut_detector.is_cut(frame):
+            raw.scene_cuts.append(t)
             prev = last = None
         lm, p = None, 0.0
         if prev is not None:

@@ -9,6 +9,7 @@ runs through the engine loader (TensorRT / torch CUDA FP16 / ONNX Runtime) in ba
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -80,12 +81,47 @@ def generate_regions(runner, sources: np.ndarray, references: np.ndarray, window
     return out
 
 
+class _CloneRenderer:
+    """Generated crops of output frames start..stop-1 on demand (the generator in batches), so the
+    headless path never holds every frame's crop; reference crops are re-warped per chunk."""
+
+    def __init__(self, runner, track: FaceTrack, idx: np.ndarray, windows: np.ndarray, config: GeneratorConfig,
+                 neutral: np.ndarray | None, batch_size: int, should_stop: Callable[[], bool] | None):
+        self.runner, self.track, self.idx, self.windows, self.config = runner, track, idx, windows, config
+        self.neutral, self.batch_size, self.should_stop = neutral, batch_size, should_stop
+        self.size = track.crop_size
+        self.crop_lms = track.crop_landmarks()
+        self._masks: dict[int, np.ndarray] = {}
+
+    def mask(self, r: int) -> np.ndarray:
+        hit = self._masks.get(r)
+        if hit is None:
+            if len(self._masks) >= 256:  # a video reference has one per frame: keep the recent ones
+                self._masks.pop(next(iter(self._masks)))
+            hit = self._masks[r] = lower_face_mask(self.crop_lms[r], self.size, jaw_margin=MASK_JAW_MARGIN)
+        return hit
+
+    def render(self, start: int, stop: int) -> tuple[np.ndarray, None]:
+        config = self.config
+        refs, pos = np.unique(self.idx[start:stop], return_inverse=True)
+        crops_a = crops_at_size(self.track, config.crop_size, refs)[0][pos]
+        sources = crops_to_regions(crops_a, config)
+        references = sources if self.neutral is None else self.neutral
+        regions = generate_regions(self.runner, sources, references, self.windows[start:stop], self.batch_size,
+                                   self.should_stop)
+        gen = regions_into_crops(crops_a, regions, config)
+        if config.crop_size != self.size:
+            gen = np.stack([_resize(g, self.size) for g in gen])
+        return gen, None
+
+
 def clone_crops(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, sample_rate: int,
                 fps: float | None = None, *, loop_mode: str = "ping-pong", batch_size: int = 32,
                 backend: str = "auto", precision: str = "auto", reference: str = "neutral",
                 max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
-                should_stop: Callable[[], bool] | None = None) -> GeneratedCrops:
-    """The generator's crops for every output frame (no paste-back yet); arguments as animate_clone."""
+                should_stop: Callable[[], bool] | None = None, streaming: bool = False) -> GeneratedCrops:
+    """The generator's crops for every output frame (no paste-back yet); arguments as animate_clone.
+    streaming: return at once with crops generated on demand (GeneratedCrops.render)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     info = load_avatar(avatar) if isinstance(avatar, str) else avatar
@@ -102,43 +138,30 @@ def clone_crops(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, s
     n_out = output_frame_count(len(wave) / float(sample_rate), fps)
     idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
     windows = windows_for_frames(wave, int(sample_rate), fps, n_out, info.mel_config)
-    crops_a, _ = crops_at_size(track, config.crop_size)  # per reference frame, not per output frame
-    sources = crops_to_regions(crops_a, config)[idx]
-    if reference == "neutral":
-        refs = crops_to_regions(info.reference()[0][None], config)
-    else:
-        refs = sources
+    neutral = crops_to_regions(info.reference()[0][None], config) if reference == "neutral" else None
     timings["prepare"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
     runner = generator_runner(info, backend, precision)
     timings["load"] = time.perf_counter() - t1
     batch_size = resolve_batch_size(batch_size, runner, config)
-    t2 = time.perf_counter()
-    regions = generate_regions(runner, sources, refs, windows, batch_size, should_stop, progress)
-    timings["generate"] = time.perf_counter() - t2
-
-    t3 = time.perf_counter()
-    size = track.crop_size
-    crop_lms = track.crop_landmarks()
-    masks = {int(r): lower_face_mask(crop_lms[int(r)], size, jaw_margin=MASK_JAW_MARGIN) for r in np.unique(idx)}
-    crops = np.empty((n_out, size, size, 3), np.uint8)
     warnings: list[str] = []
-    if config.crop_size != size:
-        warnings.append(f"avatar was trained at {config.crop_size}px crops, the faces are {size}px: generated at "
-                        f"{config.crop_size}px and resized")
-    for start in range(0, n_out, batch_size):
-        stop = min(start + batch_size, n_out)
-        gen = regions_into_crops(crops_a[idx[start:stop]], regions[start:stop], config)
-        if config.crop_size != size:
-            gen = np.stack([_resize(g, size) for g in gen])
-        crops[start:stop] = gen
-    timings["crops"] = time.perf_counter() - t3
+    if config.crop_size != track.crop_size:
+        warnings.append(f"avatar was trained at {config.crop_size}px crops, the faces are {track.crop_size}px: "
+                        f"generated at {config.crop_size}px and resized")
     if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
         warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
                         f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
-    return GeneratedCrops(track=track, idx=idx, fps=fps, crops=crops, masks=masks, model=MODEL_NAME,
-                          backend=f"{runner.backend} {runner.precision}", timings=timings, warnings=warnings)
+    renderer = _CloneRenderer(runner, track, idx, windows, config, neutral, batch_size, should_stop)
+    gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
+                         backend=f"{runner.backend} {runner.precision}", timings=timings, warnings=warnings,
+                         render=renderer.render, mask_of=renderer.mask)
+    if streaming:
+        return gen
+    t2 = time.perf_counter()
+    gen = gen.materialized(progress=progress, should_stop=should_stop, batch=max(batch_size, 1))
+    timings["generate"] = time.perf_counter() - t2
+    return replace(gen, timings=timings)
 
 
 def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, sample_rate: int,

@@ -50,19 +50,59 @@ class GeneratedCrops:
     track: FaceTrack                  # the reference faces (DH_FACES input)
     idx: np.ndarray                   # int64 [M] reference frame of each output frame
     fps: float                        # output clock
-    crops: np.ndarray                 # uint8 [M, S, S, 3] generated crops at track.crop_size
-    masks: dict[int, np.ndarray]      # crop-space paste mask [S, S] per reference frame used
+    crops: np.ndarray | None          # uint8 [M, S, S, 3] generated crops at track.crop_size (None: see render)
+    masks: dict[int, np.ndarray]      # crop-space paste mask [S, S] per reference frame used (or see mask_of)
     model: str
     backend: str
     landmarks: np.ndarray | None = None  # [M, 468, 3] source-px landmarks of the output; None = the reference's
     timings: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Streaming (bounded memory, DESIGN 5c): instead of `crops`/`landmarks`/`masks` for every frame,
+    # render(start, stop) -> (crops [k, S, S, 3], landmarks [k, 468, 3] or None) makes output frames
+    # start..stop-1 when they are needed, and mask_of(r) gives reference frame r's paste mask.
+    render: Callable[[int, int], tuple[np.ndarray, np.ndarray | None]] | None = None
+    mask_of: Callable[[int], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.idx)
 
+    @property
+    def streaming(self) -> bool:
+        return self.crops is None
+
+    def chunk(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(crops, output landmarks or None = the reference's) of output frames start..stop-1."""
+        if self.crops is not None:
+            return self.crops[start:stop], None if self.landmarks is None else self.landmarks[start:stop]
+        return self.render(start, stop)
+
+    def mask(self, r: int) -> np.ndarray:
+        return self.masks[int(r)] if self.mask_of is None else self.mask_of(int(r))
+
     def mask_stack(self, start: int, stop: int) -> np.ndarray:
-        return np.stack([self.masks[int(r)] for r in self.idx[start:stop]])
+        return np.stack([self.mask(int(r)) for r in self.idx[start:stop]])
+
+    def materialized(self, progress: Callable[[int, int], None] | None = None,
+                     should_stop: Callable[[], bool] | None = None, batch: int = 64) -> "GeneratedCrops":
+        """The same result with every crop in memory (the ComfyUI node path's convention)."""
+        if not self.streaming:
+            return self
+        n, size = len(self), self.track.crop_size
+        crops = np.empty((n, size, size, 3), np.uint8)
+        landmarks = None
+        for start in range(0, n, batch):
+            if should_stop is not None and should_stop():
+                raise InterruptedError(f"{self.model} talking head interrupted after {start} of {n} frames")
+            stop = min(start + batch, n)
+            crops[start:stop], lms = self.render(start, stop)
+            if lms is not None:
+                if landmarks is None:
+                    landmarks = np.asarray(self.track.landmarks[self.idx], np.float32).copy()
+                landmarks[start:stop] = lms
+            if progress is not None:
+                progress(stop, n)
+        masks = {int(r): self.mask(int(r)) for r in np.unique(self.idx)}
+        return replace(self, crops=crops, landmarks=landmarks, masks=masks, render=None, mask_of=None)
 
     def output_track(self, frames: np.ndarray) -> FaceTrack:
         """The DH_FACES of the output: the scheduled reference arrays with `frames` (the pasted output),
@@ -76,6 +116,7 @@ def paste_generated(gen: GeneratedCrops, batch_size: int = 32, progress: Callabl
                     should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
     """Paste every generated crop into a copy of its reference frame on the CPU (frames on threads)."""
     t0 = time.perf_counter()
+    gen = gen.materialized(should_stop=should_stop)
     n = len(gen)
     frames = gen.track.frames[gen.idx]  # the output, pasted in place batch by batch
     affines = gen.track.affines[gen.idx]

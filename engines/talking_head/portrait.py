@@ -7,6 +7,8 @@ lower-face mask region of each frame changes; a video keeps its own head motion 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -40,11 +42,61 @@ def resolve_batch_size(batch_size: int) -> int:
     return int(batch_size) or AUTO_BATCH
 
 
+class _PortraitRenderer:
+    """Re-posed crops of output frames start..stop-1 on demand; each reference frame's mouth geometry
+    and paste mask are made once and kept for the most recent reference frames only (a video
+    reference has one per frame)."""
+
+    def __init__(self, track, idx: np.ndarray, params, keep: int = 256):
+        self.track, self.idx, self.params = track, idx, params
+        self.size = track.crop_size
+        self.crop_lms = track.crop_landmarks()
+        self.inv = invert_affines(track.affines)
+        self._geoms: OrderedDict[int, MouthGeometry] = OrderedDict()
+        self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._keep = keep
+
+    def _cached(self, cache: OrderedDict, r: int, make):
+        hit = cache.get(r)
+        if hit is None:
+            hit = cache[r] = make()
+            while len(cache) > self._keep:
+                cache.popitem(last=False)
+        cache.move_to_end(r)
+        return hit
+
+    def geometry(self, r: int) -> MouthGeometry:
+        return self._cached(self._geoms, r, lambda: mouth_geometry(self.track.crops[r], self.crop_lms[r]))
+
+    def mask(self, r: int) -> np.ndarray:
+        return self._cached(self._masks, r,
+                            lambda: lower_face_mask(self.crop_lms[r], self.size, jaw_margin=MASK_JAW_MARGIN))
+
+    def render(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        idx, params = self.idx, self.params
+        refs = {int(r): self.track.crops[int(r)] for r in np.unique(idx[start:stop])}  # read before the threads
+        geoms = {r: self.geometry(r) for r in refs}
+        crops = np.empty((stop - start, self.size, self.size, 3), np.uint8)
+        lms = np.asarray(self.track.landmarks[idx[start:stop]], np.float32).copy()
+
+        def render_one(i: int) -> None:  # writes only slot i - start
+            r = int(idx[i])
+            pose = MouthPose(float(params.jaw_open[i]), float(params.lip_open[i]), float(params.width[i]),
+                             float(params.round[i]))
+            crops[i - start] = render_mouth(refs[r], geoms[r], pose)
+            lms[i - start, :, :2] = apply_affines(drive_landmarks(geoms[r], self.crop_lms[r], pose), self.inv[r])
+
+        for_each_frame(render_one, start, stop)
+        return crops, lms
+
+
 def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
                    loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
                    batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
-                   should_stop: Callable[[], bool] | None = None) -> GeneratedCrops:
-    """The re-posed crop of every output frame (no paste-back yet); arguments as animate_portrait."""
+                   should_stop: Callable[[], bool] | None = None, streaming: bool = False) -> GeneratedCrops:
+    """The re-posed crop of every output frame (no paste-back yet); arguments as animate_portrait.
+    streaming: return at once with crops made on demand (GeneratedCrops.render), for the headless
+    video path, whose memory must not grow with the length."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     validate_track(track)
@@ -66,39 +118,16 @@ def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
         warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
                         f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
-
+    renderer = _PortraitRenderer(track, idx, params)
+    gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
+                         backend=_backend_name(), timings=timings, warnings=warnings, render=renderer.render,
+                         mask_of=renderer.mask)
+    if streaming:
+        return gen
     t1 = time.perf_counter()
-    size = track.crop_size
-    crop_lms = track.crop_landmarks()
-    geoms: dict[int, MouthGeometry] = {}
-    masks: dict[int, np.ndarray] = {}
-    crops = np.empty((n_out, size, size, 3), np.uint8)
-    lms_out = track.landmarks[idx].copy()
-    inv = invert_affines(track.affines[idx])
-    for start in range(0, n_out, batch_size):
-        if should_stop is not None and should_stop():
-            raise InterruptedError(f"talking head interrupted after {start} of {n_out} frames")
-        stop = min(start + batch_size, n_out)
-        for r in np.unique(idx[start:stop]):  # per reference frame, before the threads read them
-            r = int(r)
-            if r not in geoms:
-                geoms[r] = mouth_geometry(track.crops[r], crop_lms[r])
-                masks[r] = lower_face_mask(crop_lms[r], size, jaw_margin=MASK_JAW_MARGIN)
-
-        def render_one(i: int) -> None:  # writes only slot i
-            r = int(idx[i])
-            pose = MouthPose(float(params.jaw_open[i]), float(params.lip_open[i]), float(params.width[i]),
-                             float(params.round[i]))
-            crops[i] = render_mouth(track.crops[r], geoms[r], pose)
-            lms_out[i, :, :2] = apply_affines(drive_landmarks(geoms[r], crop_lms[r], pose), inv[i])
-
-        for_each_frame(render_one, start, stop)
-        if progress is not None:
-            progress(stop, n_out)
+    gen = gen.materialized(progress=progress, should_stop=should_stop, batch=batch_size)
     timings["render"] = time.perf_counter() - t1
-    return GeneratedCrops(track=track, idx=idx, fps=fps, crops=crops, masks=masks, model=MODEL_NAME,
-                          backend=_backend_name(), landmarks=lms_out.astype(np.float32), timings=timings,
-                          warnings=warnings)
+    return replace(gen, timings=timings)
 
 
 def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,

@@ -4,11 +4,12 @@ Why a second path next to the nodes: TRT_TalkingHead -> TemporalSmooth -> VideoM
 other ComfyUI IMAGE tensors (float32 on the CPU). At 512x512 a minute of video is 4.5 GB of
 float32 that is allocated, copied and converted three times, and ffmpeg turns RGB into YUV on
 one thread; on a GPU machine that CPU work is most of the whole chain (benchmarks/RESULTS.md).
-Here the same steps run over the face box only, on the GPU when there is one:
-paste-back (vision.paste_torch) -> TemporalSmooth's filter (media.smoothing.smooth_frames_tensor,
-with the node's own masks) -> per chunk of frames: compose, convert to YUV 4:2:0 (media.yuv; on a
-GPU only) and stream to the encoder (media.mux.FrameStream) while the next chunk is prepared on a thread.
-The frames equal the node path's to rounding (tests/test_render_video.py).
+Here the same steps run over the face box only, on the GPU when there is one, one chunk of frames
+at a time so memory does not grow with the video's length (DESIGN 5c): the model makes the chunk's
+crops (GeneratedCrops.chunk) -> paste-back (vision.paste_torch) -> TemporalSmooth's filter over a
+bounded window (media.stream_smooth, with the node's own masks) -> compose, convert to YUV 4:2:0
+(media.yuv; on a GPU only) and stream to the encoder (media.mux.FrameStream) while the next chunk
+is prepared on a thread. The frames equal the node path's to rounding (tests/test_render_video.py).
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from ...media.mux import FrameStream, MuxInterrupted, MuxReport, mux_video
-from ...media.smoothing import smooth_frames_tensor
 from ...media.yuv import rgb_to_yuv420p
 from ...vision.faces import apply_affines, invert_affines
 from ...vision.paste import frame_space_masks
@@ -30,9 +30,6 @@ from ...vision.paste_torch import paste_boxes, paste_footprint
 from .driver import GeneratedCrops
 
 CHUNK_FRAMES = 32  # frames per GPU step / encoder write: a few tens of MB of uint8 at 512 px
-# the box of every frame stays on the device through smoothing; beyond this share of the free
-# memory it is kept in host memory instead (slower, announced)
-MAX_BOX_SHARE = 0.5
 
 
 @dataclass
@@ -103,108 +100,115 @@ def _prefetched(chunks: Iterator, depth: int = 2) -> Iterator:
         thread.join(timeout=10)
 
 
-@dataclass
-class FaceBoxes:
-    """Every output frame's changed region, after paste-back and smoothing: float 0..1 [M, h, w, 3]
-    at frame pixels (rows, cols), on `boxes.device`."""
-    boxes: object  # torch.Tensor
-    rows: slice
-    cols: slice
-    warnings: list[str] = field(default_factory=list)
+def paste_region(gen: GeneratedCrops, batch: int = 256) -> tuple[slice, slice]:
+    """(rows, cols) of the frame box that holds every pixel the paste-back may change, over all output
+    frames (the union of each used reference frame's paste footprint; masks are made in batches and
+    dropped, so a long video reference costs time, not memory)."""
+    height, width = gen.track.frames.shape[1:3]
+    refs = np.unique(np.asarray(gen.idx, np.int64))
+    rows, cols = slice(0, 0), slice(0, 0)
+    for start in range(0, len(refs), batch):
+        part = refs[start:start + batch]
+        masks = np.stack([gen.mask(int(r)) for r in part]).astype(np.float32)
+        rows, cols = _union((rows, cols), paste_footprint(gen.track.affines[part], masks, height, width))
+    return rows, cols
 
 
-def paste_and_smooth(gen: GeneratedCrops, *, smooth_method: str = "one_euro", smooth_strength: float = 0.5,
-                     device=None, chunk_frames: int = CHUNK_FRAMES,
-                     progress: Callable[[int, int], None] | None = None,
-                     should_stop: Callable[[], bool] | None = None) -> FaceBoxes:
-    """TRT_TalkingHead's paste-back and TemporalSmooth (`smooth_method` "none" or strength 0 = off),
-    over the union of their regions only. progress(done, 2 x frames)."""
+def _smooth_masks(gen: GeneratedCrops, start: int, stop: int, landmarks: np.ndarray | None,
+                  rows: slice, cols: slice) -> np.ndarray:
+    """TemporalSmooth's frame-space lower-face masks of output frames start..stop-1 (from the output
+    landmarks, as the node derives them from TRT_TalkingHead's DH_FACES), inside the box rows x cols."""
+    track, idx = gen.track, np.asarray(gen.idx[start:stop], np.int64)
+    height, width = track.frames.shape[1:3]
+    lms = track.landmarks[idx] if landmarks is None else landmarks
+    affines = track.affines[idx]
+    crop_lms = apply_affines(np.asarray(lms)[..., :2], affines)
+    masks, (my, mx) = frame_space_masks(crop_lms, invert_affines(affines), track.crop_size, height, width)
+    out = np.zeros((stop - start, rows.stop - rows.start, cols.stop - cols.start), np.float32)
+    # the part of the masks' own box that lies inside the paste box (the node smooths only there too:
+    # outside the paste footprint the output is the reference frame, whose pixels the node leaves alone)
+    y0, y1 = max(my.start, rows.start), min(my.stop, rows.stop)
+    x0, x1 = max(mx.start, cols.start), min(mx.stop, cols.stop)
+    if y1 > y0 and x1 > x0:
+        src = masks[..., y0 - my.start:y1 - my.start, x0 - mx.start:x1 - mx.start]
+        out[:, y0 - rows.start:y1 - rows.start, x0 - cols.start:x1 - cols.start] = src
+    return out
+
+
+def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", smooth_strength: float = 0.5,
+                      device=None, chunk_frames: int = CHUNK_FRAMES,
+                      should_stop: Callable[[], bool] | None = None) -> Iterator:
+    """uint8 RGB output frames [k, H, W, 3] on `device`, chunk by chunk, in order: each chunk's crops
+    are made (GeneratedCrops.chunk), pasted into their reference frames' face box (paste_torch), run
+    through TemporalSmooth's filter (media.stream_smooth: a bounded window) and written into the full
+    frames (rounded like image_to_uint8). Only a few chunks are ever held, whatever the length."""
     import torch
+
+    from ...media.stream_smooth import StreamingSmoother
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     track, idx, n = gen.track, np.asarray(gen.idx, np.int64), len(gen)
     if n == 0:
         raise ValueError("no frames to render: the generated crops are empty")
-    height, width = track.frames.shape[1:3]
     chunk_frames = max(1, int(chunk_frames))
-    warnings: list[str] = []
-
-    def check_stop(done: int) -> None:
-        if should_stop is not None and should_stop():
-            raise InterruptedError(f"talking video interrupted after {done} of {n} frames; no file written")
-
-    # where the pixels change: the paste footprint and TemporalSmooth's mask box, in frame pixels
-    refs, ref_pos = np.unique(idx, return_inverse=True)
-    paste_masks = np.stack([gen.masks[int(r)] for r in refs]).astype(np.float32)
-    paste_region = paste_footprint(track.affines[refs], paste_masks, height, width)
-    affines = track.affines[idx]
-    smoothing = smooth_method != "none" and smooth_strength > 0 and n > 1
-    smooth_region = (slice(0, 0), slice(0, 0))
-    if smoothing:  # the masks TemporalSmooth derives from the talking head's output DH_FACES
-        out_landmarks = track.landmarks[idx] if gen.landmarks is None else np.asarray(gen.landmarks)
-        crop_lms = apply_affines(out_landmarks[..., :2], affines)
-        smooth_masks, smooth_region = frame_space_masks(crop_lms, invert_affines(affines), track.crop_size,
-                                                        height, width)
-    rows, cols = _union(paste_region, smooth_region)
-    y0, x0 = rows.start, cols.start
-    bh, bw = max(0, rows.stop - rows.start), max(0, cols.stop - cols.start)
-
-    box_dev = dev
-    if dev.type == "cuda" and bh * bw:
-        free, _ = torch.cuda.mem_get_info(dev)
-        need = n * bh * bw * 3 * 4
-        if need > MAX_BOX_SHARE * free:
-            box_dev = torch.device("cpu")
-            warnings.append(f"the face boxes of {n} frames ({need / 2**30:.1f} GiB) do not fit the GPU's free memory; "
-                            "kept in host memory (slower)")
-    boxes = torch.empty((n, bh, bw, 3), dtype=torch.float32, device=box_dev)
-    if bh * bw:
-        masks_dev = torch.from_numpy(paste_masks).to(dev)
-        for start in range(0, n, chunk_frames):
-            check_stop(start)
-            stop = min(start + chunk_frames, n)
-            base = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop], rows, cols])).to(dev)
-            crops = torch.from_numpy(gen.crops[start:stop]).to(dev)
-            pasted = paste_boxes(base.float(), crops, affines[start:stop],
-                                 masks_dev[torch.from_numpy(ref_pos[start:stop]).to(dev)], (x0, y0))
-            boxes[start:stop] = torch.div(pasted, 255.0).to(box_dev)  # as uint8_to_image divides
-            if progress is not None:
-                progress(stop, 2 * n)
-    if smoothing and smooth_region[0].stop > smooth_region[0].start:
-        check_stop(0)
-        sy = slice(smooth_region[0].start - y0, smooth_region[0].stop - y0)
-        sx = slice(smooth_region[1].start - x0, smooth_region[1].stop - x0)
-        mask_t = torch.from_numpy(np.ascontiguousarray(smooth_masks, np.float32)).to(box_dev)
-        smooth_frames_tensor(boxes[:, sy, sx], mask_t, method=smooth_method, strength=smooth_strength, fps=gen.fps,
-                             progress=None if progress is None else
-                             (lambda done, tot: progress(n + done * n // max(tot, 1), 2 * n)))
-    if progress is not None:
-        progress(2 * n, 2 * n)
-    return FaceBoxes(boxes=boxes, rows=rows, cols=cols, warnings=warnings)
-
-
-def compose_chunks(gen: GeneratedCrops, faces: FaceBoxes, device=None,
-                   chunk_frames: int = CHUNK_FRAMES) -> Iterator:
-    """uint8 RGB frames [k, H, W, 3] on `device`, chunk by chunk: the reference frames with the face
-    boxes written in (rounded like image_to_uint8: clip(x * 255 + 0.5), truncated)."""
-    import torch
-
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    track, idx, n = gen.track, np.asarray(gen.idx, np.int64), len(gen)
-    refs = np.unique(idx)
-    one_reference = len(refs) == 1  # a photo: one upload, then copies on the device
-    base_frame = torch.from_numpy(np.ascontiguousarray(track.frames[refs[0]])).to(dev) if one_reference else None
-    rows, cols = faces.rows, faces.cols
+    rows, cols = paste_region(gen)
     has_box = rows.stop > rows.start and cols.stop > cols.start
-    for start in range(0, n, max(1, int(chunk_frames))):
-        stop = min(start + chunk_frames, n)
+    y0, x0 = rows.start, cols.start
+    smoothing = smooth_method != "none" and smooth_strength > 0 and n > 1 and has_box
+    smoother = StreamingSmoother(smooth_method, smooth_strength, gen.fps) if smoothing else None
+    one_reference = len(np.unique(idx)) == 1  # a photo: one upload, then copies on the device
+    base_frame = torch.from_numpy(np.ascontiguousarray(track.frames[int(idx[0])])).to(dev) if one_reference else None
+
+    def full_frames(start: int, stop: int):
         if one_reference:
-            frames = base_frame.expand(stop - start, -1, -1, -1).clone()
-        else:
-            frames = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop]])).to(dev)
-        if has_box:
-            frames[:, rows, cols] = (faces.boxes[start:stop].to(dev) * 255.0 + 0.5).clamp_(0, 255).to(torch.uint8)
-        yield frames
+            return base_frame.expand(stop - start, -1, -1, -1).clone()
+        return torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop]])).to(dev)
+
+    def pasted_chunks():
+        """(start, stop, boxes float 0..1 [k, bh, bw, 3], smoothing masks or None) per chunk."""
+        for start in range(0, n, chunk_frames):
+            if should_stop is not None and should_stop():
+                raise InterruptedError(f"talking video interrupted after {start} of {n} frames; no file written")
+            stop = min(start + chunk_frames, n)
+            crops, landmarks = gen.chunk(start, stop)
+            base = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop], rows, cols])).to(dev)
+            masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
+            pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
+                                 track.affines[idx[start:stop]], masks, (x0, y0))
+            smooth_mask = None
+            if smoothing:
+                smooth_mask = torch.from_numpy(_smooth_masks(gen, start, stop, landmarks, rows, cols)).to(dev)
+            yield start, stop, torch.div(pasted, 255.0), smooth_mask  # as uint8_to_image divides
+
+    def to_uint8(box):
+        return (box * 255.0 + 0.5).clamp_(0, 255).to(torch.uint8)
+
+    if not has_box:
+        for start in range(0, n, chunk_frames):
+            yield full_frames(start, min(start + chunk_frames, n))
+        return
+    if smoother is None:
+        for start, stop, boxes, _ in pasted_chunks():
+            frames = full_frames(start, stop)
+            frames[:, rows, cols] = to_uint8(boxes)
+            yield frames
+        return
+    ready: list = []  # smoothed boxes waiting to fill a chunk
+
+    def emit(done: list, final: bool):
+        while len(done) >= chunk_frames or (final and done):
+            take = done[:chunk_frames]
+            del done[:chunk_frames]
+            start = take[0][0]
+            frames = full_frames(start, start + len(take))
+            frames[:, rows, cols] = to_uint8(torch.stack([b for _, b in take]))
+            yield frames
+
+    for _, _, boxes, smooth_mask in pasted_chunks():
+        ready += smoother.push(boxes, smooth_mask)
+        yield from emit(ready, False)
+    ready += smoother.flush()
+    yield from emit(ready, True)
 
 
 def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: int, out_path: str | Path, *,
@@ -216,19 +220,14 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
     """Paste `gen`'s crops into their reference frames, smooth the lower face like TemporalSmooth,
     and encode with `audio` to `out_path` like VideoMux (length_mode pad_audio). device: torch
     device; None = CUDA when available, else CPU. yuv_on_device: convert RGB -> YUV 4:2:0 on `device`
-    (None = on a GPU only; else ffmpeg converts). progress(done, total) runs over paste, smoothing
-    and encoding; should_stop() -> True aborts (no file is left behind)."""
+    (None = on a GPU only; else ffmpeg converts). progress(done, total) counts encoded frames (every
+    stage runs ahead of the encoder by a few chunks); should_stop() -> True aborts (no file is left).
+    A streaming `gen` (crops made on demand) keeps memory flat in the video's length."""
     import torch
 
     t0 = time.perf_counter()
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     n = len(gen)
-    faces = paste_and_smooth(gen, smooth_method=smooth_method, smooth_strength=smooth_strength, device=dev,
-                             chunk_frames=chunk_frames, should_stop=should_stop,
-                             progress=None if progress is None else (lambda done, _t: progress(done, 3 * n)))
-    timings = {"paste_smooth": time.perf_counter() - t0}
-
-    t1 = time.perf_counter()
     height, width = gen.track.frames.shape[1:3]
 
     # On a GPU the YUV conversion costs ~0.1 ms a frame and halves the pipe bytes; on a CPU torch's integer
@@ -236,12 +235,13 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
     yuv_here = dev.type == "cuda" if yuv_on_device is None else bool(yuv_on_device)
 
     def encoder_chunks() -> Iterator[np.ndarray]:
-        for frames in compose_chunks(gen, faces, dev, chunk_frames):
+        for frames in iter_video_frames(gen, smooth_method=smooth_method, smooth_strength=smooth_strength,
+                                        device=dev, chunk_frames=chunk_frames, should_stop=should_stop):
             yield rgb_to_yuv420p(frames, "edge").cpu().numpy() if yuv_here else frames.cpu().numpy()
 
     def encode_progress(done: int, _total: int) -> None:
         if progress is not None:
-            progress(2 * n + done, 3 * n)
+            progress(done, n)
 
     prepared = _prefetched(encoder_chunks())
     if yuv_here:  # yuv420p needs even sizes: rgb_to_yuv420p pads odd ones by repeating the edge
@@ -249,6 +249,7 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
                              chunks=prepared)
     else:  # mux pads odd RGB sizes the same way (pad_mode "edge")
         stream = FrameStream(count=n, width=width, height=height, pix_fmt="rgb24", chunks=prepared)
+    timings: dict[str, float] = {}
     try:
         mux = mux_video(stream, audio, int(sample_rate), gen.fps, out_path, fmt=fmt, crf=crf, preset=preset,
                         length_mode="pad_audio", progress=encode_progress, should_stop=should_stop)
@@ -256,7 +257,6 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
         raise InterruptedError(f"talking video interrupted while encoding: {exc}") from exc
     finally:
         prepared.close()  # stops the preparing thread if the encoder stopped early
-    timings["encode"] = time.perf_counter() - t1
+    # generation, paste-back, smoothing and encoding overlap (one stream), so one time covers them
     timings["total"] = time.perf_counter() - t0
-    return TalkingVideoResult(path=mux.path, mux=mux, device=str(dev), timings=timings,
-                              warnings=list(gen.warnings) + faces.warnings)
+    return TalkingVideoResult(path=mux.path, mux=mux, device=str(dev), timings=timings, warnings=list(gen.warnings))

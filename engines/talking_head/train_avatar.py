@@ -132,16 +132,20 @@ def shape_components(shapes: np.ndarray, usable: np.ndarray, k: int) -> tuple[np
     return mean.astype(np.float32), vt[:k].astype(np.float32), scale.astype(np.float32)
 
 
-def crops_at_size(track: FaceTrack, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(crops uint8 [N, size, size, 3], crop landmarks [N, 468, 2]) at `size` px, re-warped from the
-    source frames when the track was aligned at another crop size (same geometry, scaled)."""
+def crops_at_size(track: FaceTrack, size: int, frames: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(crops uint8 [K, size, size, 3], crop landmarks [K, 468, 2]) of reference frames `frames`
+    (None = all) at `size` px, re-warped from the source frames when the track was aligned at another
+    crop size (same geometry, scaled)."""
+    which = np.arange(len(track)) if frames is None else np.asarray(frames, np.int64)
     if track.crop_size == size:
-        return track.crops, track.crop_landmarks()
+        crops = track.crops if frames is None else track.crops[which]
+        return np.asarray(crops), track.crop_landmarks()[which]
     from ...vision.align import crop_frames
     from ...vision.faces import apply_affines
 
-    affines = np.asarray(track.affines, np.float64) * (size / float(track.crop_size))
-    return crop_frames(track.frames, affines, size), apply_affines(track.landmarks[..., :2], affines).astype(np.float32)
+    affines = np.asarray(track.affines, np.float64)[which] * (size / float(track.crop_size))
+    return (crop_frames(track.frames[which], affines, size),
+            apply_affines(track.landmarks[which][..., :2], affines).astype(np.float32))
 
 
 def prepare_data(crops: np.ndarray, crop_landmarks: np.ndarray, found: np.ndarray, windows: np.ndarray,

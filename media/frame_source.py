@@ -1,0 +1,210 @@
+"""Frames of a photo or video that are decoded when they are used, never all at once.
+
+`VideoFrames` looks like a uint8 array [N, H, W, 3] (len, shape, indexing with an int, a slice
+or an index array, optionally followed by row/column slices), so the face tracker, the
+talking-head models and the video renderer read a 5-minute 1080p reference exactly as they read
+a short in-memory clip, while at most `cache_bytes` of decoded frames are held. Frames come from
+one ffmpeg process that reads forward; a jump backwards (a ping-pong schedule, a loop) restarts
+it with an accurate seek. `load_face_frames` is the single entry point for "a photo or a video
+file, at most `max_side` px on its longest side".
+"""
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from .ffmpeg_tools import base_args, drain_stderr, stderr_tail
+from .probe import ProbeError, _read_exact, probe_media
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+DEFAULT_MAX_SIDE = 1920  # output at source size up to this (DESIGN 5c)
+CACHE_BYTES = 192 * 2**20  # decoded frames kept for reuse (the renderer re-reads recent ones)
+SEEK_AHEAD_FRAMES = 96  # a forward jump up to this many frames is read through, not sought
+
+
+def capped_size(width: int, height: int, max_side: int | None) -> tuple[int, int]:
+    """(width, height) scaled down so the longest side is at most max_side (None/0 = no cap)."""
+    if not max_side or max(width, height) <= max_side:
+        return int(width), int(height)
+    k = max_side / float(max(width, height))
+    return max(1, int(round(width * k))), max(1, int(round(height * k)))
+
+
+def load_photo(path: str | Path, max_side: int | None = DEFAULT_MAX_SIDE) -> np.ndarray:
+    """uint8 [1, H, W, 3] RGB, EXIF orientation applied, downscaled (area filter) to max_side."""
+    from PIL import Image, ImageOps
+
+    with Image.open(path) as img:
+        img.draft("RGB", capped_size(img.width, img.height, max_side))  # JPEG: decode at 1/2, 1/4, 1/8 when it can
+        rgb = ImageOps.exif_transpose(img).convert("RGB")
+        size = capped_size(rgb.width, rgb.height, max_side)
+        if size != rgb.size:
+            rgb = rgb.resize(size, Image.Resampling.BOX if max(rgb.size) >= 2 * max(size) else Image.Resampling.LANCZOS)
+        return np.asarray(rgb)[None]
+
+
+class VideoFrames:
+    """A video file's frames as a read-only uint8 array [N, H, W, 3] decoded on demand.
+
+    max_frames: read at most this many; max_side: scale while decoding so the longest side is at
+    most this. Reading is sequential-friendly: ascending access costs one decode pass."""
+
+    def __init__(self, path: str | Path, max_frames: int | None = None, max_side: int | None = DEFAULT_MAX_SIDE,
+                 cache_bytes: int = CACHE_BYTES):
+        info = probe_media(path)
+        if not info.has_video or not info.width or not info.height:
+            raise ProbeError(f"'{info.path}' has no video stream to read frames from.")
+        self.path = Path(info.path)
+        self.fps = float(info.fps or 25.0)
+        self.source_size = (int(info.width), int(info.height))
+        self.width, self.height = capped_size(info.width, info.height, max_side)
+        count = int(info.frame_count or 0)
+        if max_frames is not None:
+            count = min(count, int(max_frames)) if count else int(max_frames)
+        if count <= 0:
+            raise ProbeError(f"'{info.path}' has no video frames.")
+        self._count = count
+        self._frame_bytes = self.width * self.height * 3
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache_frames = max(4, int(cache_bytes // self._frame_bytes))
+        self._proc: subprocess.Popen | None = None
+        self._pos = 0  # index of the next frame the running decoder will deliver
+        self._err: list[bytes] = []
+        self._lock = threading.Lock()  # the renderer reads from a preparing thread
+        self.decoded = 0  # frames decoded so far (a cost measure for tests and benchmarks)
+
+    # --- array protocol --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self._count, self.height, self.width, 3)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8)
+
+    @property
+    def ndim(self) -> int:
+        return 4
+
+    @property
+    def nbytes(self) -> int:
+        return self._count * self._frame_bytes
+
+    def __getitem__(self, key):
+        rest: tuple = ()
+        if isinstance(key, tuple):
+            key, rest = key[0], key[1:]
+        if isinstance(key, (int, np.integer)):
+            out = self.frame(int(key))
+        else:
+            idx = np.arange(self._count)[key] if isinstance(key, slice) else np.asarray(key, np.int64).reshape(-1)
+            out = np.empty((len(idx), self.height, self.width, 3), np.uint8)
+            for i, t in enumerate(idx):
+                out[i] = self.frame(int(t))
+            rest = (slice(None), *rest)
+        return out[rest] if rest else out
+
+    def __array__(self, dtype=None, copy=None):  # np.asarray(frames): whole video, only when asked for
+        arr = self[:]
+        return arr if dtype is None else arr.astype(dtype)
+
+    # --- decoding ----------------------------------------------------------------------------
+    def frame(self, t: int) -> np.ndarray:
+        """uint8 [H, W, 3] of frame t (negative counts from the end); a cached read-only array."""
+        if t < 0:
+            t += self._count
+        if not 0 <= t < self._count:
+            raise IndexError(f"frame {t} out of range for a video of {self._count} frames")
+        with self._lock:
+            hit = self._cache.get(t)
+            if hit is not None:
+                self._cache.move_to_end(t)
+                return hit
+            if self._proc is None or t < self._pos or t - self._pos > SEEK_AHEAD_FRAMES:
+                self._start(t)
+            while self._pos <= t:
+                buf = np.empty((self.height, self.width, 3), np.uint8)
+                if not _read_exact(self._proc.stdout, buf):
+                    self._stop()
+                    if self._pos == 0 or t == self._pos:
+                        raise ProbeError(f"decoding frame {t} of '{self.path}' failed:\n"
+                                         f"{stderr_tail(b''.join(self._err))}")
+                    # the container promised more frames than the decoder gives: repeat the last one
+                    self._count = self._pos
+                    return self.frame(min(t, self._count - 1))
+                buf.flags.writeable = False
+                self._remember(self._pos, buf)
+                self._pos += 1
+                self.decoded += 1
+            return self._cache[t]
+
+    def _remember(self, t: int, frame: np.ndarray) -> None:
+        self._cache[t] = frame
+        self._cache.move_to_end(t)
+        while len(self._cache) > self._cache_frames:
+            self._cache.popitem(last=False)
+
+    def _start(self, t: int) -> None:
+        self._stop()
+        cmd = [*base_args(), "-loglevel", "error"]
+        if t > 0:  # accurate seek (ffmpeg decodes from the key frame before, drops frames before the time)
+            cmd += ["-ss", f"{max(0.0, (t - 0.5) / self.fps):.6f}"]
+        cmd += ["-i", str(self.path), "-map", "0:v:0", "-an", "-sn"]
+        if (self.width, self.height) != self.source_size:
+            cmd += ["-vf", f"scale={self.width}:{self.height}:flags=area"]
+        cmd += ["-frames:v", str(self._count - t), "-fps_mode", "passthrough", "-f", "rawvideo",
+                "-pix_fmt", "rgb24", "pipe:1"]
+        self._err = []
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      bufsize=self._frame_bytes)
+        threading.Thread(target=drain_stderr, args=(self._proc.stderr, self._err), daemon=True).start()
+        self._pos = t
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdout.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+            self._cache.clear()
+
+    def __del__(self) -> None:
+        try:
+            self._stop()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def is_photo(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in IMAGE_SUFFIXES
+
+
+def load_face_frames(path: str | Path, max_seconds: float, max_side: int | None = DEFAULT_MAX_SIDE):
+    """(frames, fps, source (width, height)) of a photo (an in-memory [1, H, W, 3] array, fps 25) or a
+    video (VideoFrames over its first max_seconds, decoded on demand); both capped at max_side."""
+    path = Path(path)
+    if is_photo(path):
+        from PIL import Image
+
+        with Image.open(path) as img:
+            source = img.size
+        return load_photo(path, max_side), 25.0, source
+    info = probe_media(path)
+    fps = float(info.fps or 25.0)
+    frames = VideoFrames(path, max_frames=max(1, int(max_seconds * fps)), max_side=max_side)
+    return frames, fps, frames.source_size
