@@ -243,7 +243,9 @@ def resolve_device(device: str) -> str:
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        from ..devices import torch_cuda_usable
+
+        return "cuda" if torch_cuda_usable() else "cpu"  # ComfyUI's --cpu keeps training on the CPU
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' was asked for but torch sees no CUDA GPU; use 'auto' or 'cpu'")
     return device
