@@ -10,8 +10,8 @@ which it removes.
 from __future__ import annotations
 
 import errno
-import io
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
-# Video frames to look for a face in (seconds from the start): the first frame, then a little later in
-# case the clip opens on a title or a blink; a face absent from all of them is absent for good in
-# practice, and each probe is one fast-seek decode of a single frame.
-_VIDEO_PROBE_SECONDS = (0.0, 1.0, 3.0)
+# Video frames to look for a face in: key frames spread over the part of the clip the run reads (a clip
+# may open on a title or another shot, as the shared sample with several shots does: its first face
+# appears after 4 s). Only key frames are decoded (an HEVC phone video's frames in between cost
+# seconds each), downscaled: the detector sees a 128-px letterbox and the mesh a 192-px crop anyway.
+_VIDEO_PROBES = 8
+_PROBE_SIDE = 960
 _MIN_PRESENCE = 0.5  # align_faces' default: the mesh's face-presence score that separates faces from not-faces
 _DECODE_SIDE = 1920  # JPEG draft size for the check: detection runs on a 128-px letterbox anyway
 
@@ -136,22 +138,55 @@ def _image_rgb(path: Path) -> np.ndarray | None:
         return None
 
 
-def _video_frame(path: Path, at_seconds: float) -> np.ndarray | None:
-    """One decoded frame at `at_seconds` (rotation applied), or None when there is none there."""
-    from PIL import Image
+def _ppm_frames(data: bytes) -> list[np.ndarray]:
+    """Split ffmpeg's image2pipe PPM stream (P6 header, then RGB bytes) into frames."""
+    frames, pos = [], 0
+    while pos < len(data):
+        match = re.match(rb"P6\s+(\d+)\s+(\d+)\s+255\s", data[pos:pos + 64])
+        if not match:
+            break
+        width, height = int(match.group(1)), int(match.group(2))
+        start = pos + match.end()
+        end = start + width * height * 3
+        if end > len(data):
+            break
+        frames.append(np.frombuffer(data[start:end], np.uint8).reshape(height, width, 3))
+        pos = end
+    return frames
 
+
+def _video_frame_at(path: Path, at_seconds: float) -> np.ndarray | None:
+    """The frame at `at_seconds` (an accurate seek: decodes from the key frame before it), downscaled."""
     from .media.ffmpeg_tools import base_args
 
+    scale = f"scale='min({_PROBE_SIDE},iw)':'min({_PROBE_SIDE},ih)':force_original_aspect_ratio=decrease"
     cmd = [*base_args(), "-loglevel", "error", "-ss", f"{at_seconds:.3f}", "-i", str(path), "-map", "0:v:0",
-           "-frames:v", "1", "-f", "image2pipe", "-c:v", "png", "pipe:1"]
+           "-frames:v", "1", "-vf", scale, "-f", "image2pipe", "-c:v", "ppm", "pipe:1"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=30, check=False)
+        proc = subprocess.run(cmd, capture_output=True, timeout=60, check=False)
     except subprocess.TimeoutExpired:
         return None
-    if proc.returncode != 0 or not proc.stdout:
-        return None
-    with Image.open(io.BytesIO(proc.stdout)) as img:
-        return np.asarray(img.convert("RGB"))
+    frames = _ppm_frames(proc.stdout)
+    return frames[0] if frames else None
+
+
+def video_probe_frames(path: Path, max_seconds: float, probes: int = _VIDEO_PROBES) -> list[np.ndarray]:
+    """Up to `probes` key frames (rotation applied, longest side <= 960) from the first `max_seconds`,
+    at least max_seconds/probes apart, the first frame first; one ffmpeg run that decodes nothing else.
+    A clip whose only key frame is the first gives one frame."""
+    from .media.ffmpeg_tools import base_args
+
+    gap = max_seconds / probes
+    scale = f"scale='min({_PROBE_SIDE},iw)':'min({_PROBE_SIDE},ih)':force_original_aspect_ratio=decrease"
+    select = f"select='isnan(prev_selected_t)+gte(t-prev_selected_t\\,{gap:.3f})'"
+    cmd = [*base_args(), "-loglevel", "error", "-skip_frame", "nokey", "-t", f"{max_seconds:.3f}", "-i", str(path),
+           "-map", "0:v:0", "-vf", f"{select},{scale}", "-fps_mode", "passthrough", "-frames:v", str(probes),
+           "-f", "image2pipe", "-c:v", "ppm", "pipe:1"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        return []
+    return _ppm_frames(proc.stdout)
 
 
 def count_faces(image: np.ndarray, backend: str = "auto") -> int:
@@ -164,10 +199,10 @@ def count_faces(image: np.ndarray, backend: str = "auto") -> int:
 
 
 def check_face(path: str | os.PathLike[str], face_index: int = 0, backend: str = "auto",
-               option: str = "--face") -> int:
-    """The face file is a decodable photo or video with a face (and, for a photo, at least
-    `face_index + 1` faces); returns the number of faces seen. Video: a few single frames near the
-    start are checked, not the whole clip (the aligner interpolates frames without a face)."""
+               option: str = "--face", max_seconds: float = 60.0) -> int:
+    """The face file is a decodable photo or video showing at least `face_index + 1` faces; returns
+    the number of faces seen. Video: a few single frames spread over its first `max_seconds` are
+    checked, not the whole clip (the aligner interpolates frames without a face)."""
     if face_index < 0:
         raise PreflightError(f"--face-index must be >= 0 (0 = the largest face), got {face_index}")
     p = _existing_file(path, option)
@@ -184,21 +219,29 @@ def check_face(path: str | os.PathLike[str], face_index: int = 0, backend: str =
             raise PreflightError(f"--face-index {face_index} asks for face #{face_index + 1} by size, but the photo "
                                  f"'{path}' has {found} face(s); use --face-index 0..{found - 1}")
         return found
+    frames = video_probe_frames(p, max_seconds)
+    if not frames:
+        raise PreflightError(f"{option} '{path}' is neither a decodable image nor a decodable video. "
+                             "Use a PNG/JPEG photo or an MP4/MOV/WebM video.")
     seen = []
-    for at in _VIDEO_PROBE_SECONDS:
-        frame = _video_frame(p, at)
-        if frame is None:
-            if at == 0.0:
-                raise PreflightError(f"{option} '{path}' is neither a decodable image nor a decodable video. "
-                                     "Use a PNG/JPEG photo or an MP4/MOV/WebM video.")
-            break  # the clip is shorter than this probe point
+    for frame in frames:
         seen.append(count_faces(frame, backend))
         if seen[-1] > face_index:
             return seen[-1]
+    if len(frames) < _VIDEO_PROBES // 2:  # few key frames (one at the start only): look between them too
+        for k in (1, 2, 3):
+            frame = _video_frame_at(p, max_seconds * k / 4)
+            if frame is None:
+                break  # past the end of the clip
+            seen.append(count_faces(frame, backend))
+            if seen[-1] > face_index:
+                return seen[-1]
     if max(seen) == 0:
-        raise PreflightError(f"{option}: no face found in the first seconds of the video '{path}'. Use a video "
-                             "where the person's face is visible from the start.")
-    return max(seen)
+        raise PreflightError(f"{option}: no face found in the video '{path}' ({len(seen)} frames checked over its "
+                             f"first {max_seconds:g} s). Use a video where the person's face is visible.")
+    raise PreflightError(f"--face-index {face_index} asks for face #{face_index + 1} by size, but the video "
+                         f"'{path}' shows at most {max(seen)} face(s) in the {len(seen)} frames checked; use "
+                         f"--face-index 0..{max(seen) - 1}")
 
 
 def check_output(path: str | os.PathLike[str], option: str = "--out") -> Path:
@@ -259,7 +302,7 @@ def _check_face_args(args: Any) -> None:
     if args.smooth < 0:
         raise PreflightError(f"--smooth must be >= 0 (0 = off), got {args.smooth}")
     check_model(args.model)
-    check_face(args.face, face_index=args.face_index, backend=args.backend)
+    check_face(args.face, face_index=args.face_index, backend=args.backend, max_seconds=args.max_seconds)
 
 
 def check_animate_args(args: Any) -> None:

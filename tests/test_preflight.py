@@ -149,7 +149,7 @@ def test_face_check_on_videos(tmp_path, data_dir, setup_models):
     assert preflight.check_face(data_dir / "video" / "talk_en_male_01a.mp4") >= 1
     noise = np.random.default_rng(0).integers(0, 255, (60, 96, 128, 3), dtype=np.uint8)
     mux_video(noise, None, 16000, 25.0, tmp_path / "noise.mp4")
-    with pytest.raises(preflight.PreflightError, match="no face found in the first seconds of the video"):
+    with pytest.raises(preflight.PreflightError, match="no face found in the video"):
         preflight.check_face(tmp_path / "noise.mp4")
 
 
