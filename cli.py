@@ -240,8 +240,9 @@ def _cmd_train_avatar(args: argparse.Namespace) -> dict[str, Any]:
     out = timer.run("train", TrainAvatar().train, faces, to_comfy_audio(*own_audio), name=args.name,
                     steps=args.steps, time_budget_minutes=args.minutes, device=args.device, resume=not args.restart)
     avatar, report = out["result"]
+    warnings = [line.removeprefix("warning: ") for line in report.splitlines() if line.startswith("warning:")]
     return {"outputs": [str(getattr(avatar, "path", getattr(avatar, "directory", "")))],
-            "backend": f"torch-{args.device}", "timings": timer.seconds, "report": report}
+            "backend": f"torch-{args.device}", "timings": timer.seconds, "report": report, "warnings": warnings}
 
 
 def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
