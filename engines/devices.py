@@ -50,6 +50,16 @@ def nvidia_driver_present() -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=1)
+def _rocm_present() -> bool:
+    """AMD's HIP runtime loads (ROCm builds of torch report their GPU as a CUDA device)."""
+    try:
+        ctypes.CDLL("libamdhip64.so")
+        return True
+    except OSError:
+        return False
+
+
 def gpu_allowed() -> bool:
     """CUDA may be tried: a driver is present and ComfyUI was not told to stay on the CPU."""
     return not comfy_cpu_mode() and nvidia_driver_present()
@@ -59,6 +69,8 @@ def torch_cuda_usable() -> bool:
     """torch can run on a CUDA device now (and ComfyUI's --cpu does not forbid it)."""
     if comfy_cpu_mode():
         return False
+    if "torch" not in sys.modules and not (nvidia_driver_present() or _rocm_present()):
+        return False  # no GPU driver at all: answer without importing torch (seconds on a small CPU)
     try:
         import torch
     except ImportError:
