@@ -30,27 +30,25 @@ def _mesh_net(tflite_path: Path):
     return FaceMeshNet(tflite_path).eval()
 
 
-def face_detector_spec() -> ModelSpec:
-    """The installed face detector (torch backend uses the native port)."""
+def _spec(name: str, model: str, size: int, input_name: str, output_names: list[str], build) -> ModelSpec:
+    """A spec for one of the installed MediaPipe models (`model`: its key in face_model_paths)."""
     from .mediapipe_assets import face_model_paths
 
     paths = face_model_paths()
-    shape = (1, DETECTOR_INPUT_SIZE, DETECTOR_INPUT_SIZE, 3)
+    shape = (1, size, size, 3)
     return ModelSpec(
-        name="face_detector", onnx_path=paths["detector"],
-        profiles={DETECTOR_INPUT_NAME: TensorProfile(shape, shape, (16, DETECTOR_INPUT_SIZE, DETECTOR_INPUT_SIZE, 3))},
-        torch_factory=lambda: _detector_net(paths["detector_tflite"]),
-        input_names=(DETECTOR_INPUT_NAME,), output_names=tuple(DETECTOR_OUTPUT_NAMES))
+        name=name, onnx_path=paths[model],
+        profiles={input_name: TensorProfile(shape, shape, (16, size, size, 3))},
+        torch_factory=lambda: build(paths[f"{model}_tflite"]),
+        input_names=(input_name,), output_names=tuple(output_names))
+
+
+def face_detector_spec() -> ModelSpec:
+    """The installed face detector (torch backend uses the native port)."""
+    return _spec("face_detector", "detector", DETECTOR_INPUT_SIZE, DETECTOR_INPUT_NAME, DETECTOR_OUTPUT_NAMES,
+                 _detector_net)
 
 
 def face_mesh_spec() -> ModelSpec:
     """The installed face mesh (torch backend uses the native port)."""
-    from .mediapipe_assets import face_model_paths
-
-    paths = face_model_paths()
-    shape = (1, MESH_INPUT_SIZE, MESH_INPUT_SIZE, 3)
-    return ModelSpec(
-        name="face_mesh", onnx_path=paths["mesh"],
-        profiles={MESH_INPUT_NAME: TensorProfile(shape, shape, (16, MESH_INPUT_SIZE, MESH_INPUT_SIZE, 3))},
-        torch_factory=lambda: _mesh_net(paths["mesh_tflite"]),
-        input_names=(MESH_INPUT_NAME,), output_names=tuple(MESH_OUTPUT_NAMES))
+    return _spec("face_mesh", "mesh", MESH_INPUT_SIZE, MESH_INPUT_NAME, MESH_OUTPUT_NAMES, _mesh_net)
