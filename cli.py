@@ -60,16 +60,17 @@ def _cmd_embed(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
     from .nodes.voice_nodes import TRT_TTS
+    from .preflight import check_speak_args
     from .voice.speaker import SpeakerProfile
 
     timer = StageTimer()
+    text = timer.run("preflight", check_speak_args, args)  # every input checked before any heavy work
     speaker = None
     embed_report: dict[str, Any] = {}
     if args.speaker:
         speaker = SpeakerProfile.load_npz(Path(args.speaker))
     elif args.voice:
         speaker, embed_report = _speaker_from_clip(timer, args)
-    text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     result = timer.run("tts", TRT_TTS().synthesize_to_file, text=text, speaker=speaker, out_path=Path(args.out),
                        language=args.language, speed=args.speed, seed=args.seed, backend=args.backend,
                        voice=args.base_voice)
@@ -144,12 +145,21 @@ def _cmd_mux(args: argparse.Namespace) -> dict[str, Any]:
     frames, fps, own_audio = timer.run("decode", _read_frames, Path(args.frames), args.max_seconds, args.max_side)
     fps = args.fps or fps
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio)) if args.audio else (own_audio or (None, 16000))
+    length_mode = args.length_mode or _default_length_mode(Path(args.frames), wave is not None)
     report = timer.run("mux", mux_video, _frame_stream(frames), wave, rate, fps, Path(args.out), fmt=args.format,
-                       crf=args.crf, length_mode=args.length_mode)
+                       crf=args.crf, length_mode=length_mode)
     probe = report.probe
     return {"outputs": [str(report.path)], "backend": "ffmpeg (imageio-ffmpeg)", "timings": timer.seconds,
-            "action": report.action, "video_seconds": probe.video_duration, "audio_seconds": probe.audio_duration,
+            "action": report.action, "length_mode": length_mode, "video_seconds": probe.video_duration, "audio_seconds": probe.audio_duration,
             "frames": probe.frame_count, "report": report.summary()}
+
+
+def _default_length_mode(frames_path: Path, has_audio: bool) -> str:
+    """A photo is held for the whole audio (its one frame would otherwise trim the audio to 0.04 s);
+    a video is the master and the audio is padded or trimmed to it."""
+    from .preflight import IMAGE_SUFFIXES
+
+    return "hold_last_frame" if has_audio and frames_path.suffix.lower() in IMAGE_SUFFIXES else "pad_audio"
 
 
 def _seconds(wave: Any, rate: int) -> float:
@@ -174,7 +184,7 @@ def _frame_stream(frames: Any, chunk: int = 16) -> Any:
 
 def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: str,
                      max_seconds: float, max_side: int | None = None,
-                     speech_seconds: float | None = None) -> tuple[Any, float, str]:
+                     speech_seconds: float | None = None, face_index: int = 0) -> tuple[Any, float, str]:
     """Photo/video file -> (DH_FACES, output fps, FaceAlign's report); a video's frames are decoded on demand.
     speech_seconds: the output's length; a longer reference video is read only that far (the output
     takes the reference frame shown at its own time, so later frames would never be used)."""
@@ -182,13 +192,13 @@ def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: 
         max_seconds = min(max_seconds, speech_seconds + 0.5)
     frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds, max_side)
     fps = float(fps or (src_fps if len(frames) > 1 else 25.0))
-    faces, align_report = timer.run("align", _align_frames, frames, src_fps, backend=backend)
+    faces, align_report = timer.run("align", _align_frames, frames, src_fps, backend=backend, face_index=face_index)
     return faces, fps, align_report
 
 
 def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                     backend: str, max_seconds: float, smooth: float,
-                    max_side: int | None = None) -> tuple[Any, float, dict[str, Any]]:
+                    max_side: int | None = None, face_index: int = 0) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth)."""
     from .audio import to_comfy_audio
     from .nodes.image_convert import image_to_uint8
@@ -196,7 +206,7 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
     from .nodes.video_nodes import TemporalSmooth
 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
-                                                _seconds(wave, rate))
+                                                _seconds(wave, rate), face_index)
     out = timer.run("talking_head", TRT_TalkingHead().animate, faces, to_comfy_audio(wave, rate), model=model,
                     fps=fps, backend=backend)
     images, track, head_report = out["result"]
@@ -208,7 +218,7 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
 
 def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                       backend: str, max_seconds: float, smooth: float, out: Path,
-                      max_side: int | None = None) -> tuple[Any, float, dict[str, Any]]:
+                      max_side: int | None = None, face_index: int = 0) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
@@ -216,7 +226,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
     from .engines.talking_head.generate import generate_crops
 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
-                                                _seconds(wave, rate))
+                                                _seconds(wave, rate), face_index)
     # crops are generated chunk by chunk while the video is encoded: memory stays flat in the length
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, model, fps, backend=backend,
                     streaming=True)
@@ -235,9 +245,9 @@ def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: in
     (TRT_TalkingHead -> TemporalSmooth -> VideoMux) exactly as a workflow runs it (--render nodes)."""
     if args.render == "headless":
         return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
-                                 args.max_seconds, args.smooth, Path(args.out), args.max_side)
+                                 args.max_seconds, args.smooth, Path(args.out), args.max_side, args.face_index)
     frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
-                                           args.max_seconds, args.smooth, args.max_side)
+                                           args.max_seconds, args.smooth, args.max_side, args.face_index)
     return _mux_to(timer, frames, wave, rate, fps, Path(args.out)), fps, reports
 
 
@@ -249,8 +259,10 @@ def _mux_to(timer: StageTimer, frames: Any, wave: Any, rate: int, fps: float, ou
 
 def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
     from .audio import decode_audio
+    from .preflight import check_animate_args
 
     timer = StageTimer()
+    timer.run("preflight", check_animate_args, args)  # every input checked before any heavy work
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio))
     report, fps, reports = _animate_to(timer, args, wave, rate)
     return {"outputs": [str(report.path)], "backend": reports["head_backend"], "timings": timer.seconds,
@@ -270,17 +282,19 @@ def _cmd_train_avatar(args: argparse.Namespace) -> dict[str, Any]:
     out = timer.run("train", TrainAvatar().train, faces, to_comfy_audio(*own_audio), name=args.name,
                     steps=args.steps, time_budget_minutes=args.minutes, device=args.device, resume=not args.restart)
     avatar, report = out["result"]
+    warnings = [line.removeprefix("warning: ") for line in report.splitlines() if line.startswith("warning:")]
     return {"outputs": [str(getattr(avatar, "path", getattr(avatar, "directory", "")))],
-            "backend": f"torch-{args.device}", "timings": timer.seconds, "report": report}
+            "backend": f"torch-{args.device}", "timings": timer.seconds, "report": report, "warnings": warnings}
 
 
 def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     """The main job: voice clip + face + text -> lip-synced MP4 in the cloned voice."""
     from .nodes.voice_nodes import TRT_TTS
+    from .preflight import check_run_args
 
     timer = StageTimer()
+    text = timer.run("preflight", check_run_args, args)  # every input checked before any heavy work
     speaker, embed_report = _speaker_from_clip(timer, args)
-    text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     speech = timer.run("tts", TRT_TTS()._synthesize, text, speaker, language=args.language, speed=args.speed,
                        strength=1.0, base_voice="auto", backend=args.backend, precision="auto")
     report, fps, reports = _animate_to(timer, args, speech.waveform, speech.sample_rate)
@@ -380,8 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     mux.add_argument("--out", required=True)
     mux.add_argument("--format", default="mp4", choices=["mp4", "webm"])
     mux.add_argument("--crf", type=int)
-    mux.add_argument("--length-mode", default="pad_audio",
-                     choices=["pad_audio", "hold_last_frame", "trim", "stretch_none"])
+    mux.add_argument("--length-mode", choices=["pad_audio", "hold_last_frame", "trim", "stretch_none"],
+                     help="default: hold_last_frame for a photo (the photo covers the audio), pad_audio for a "
+                          "video (the video is the master)")
     mux.add_argument("--max-seconds", type=float, default=600.0)
     max_side(mux)
     mux.set_defaults(func=_cmd_mux)
@@ -392,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--fps", type=float, help="output fps (default: the video's, 25 for a photo)")
         p.add_argument("--smooth", type=float, default=0.5, help="TemporalSmooth strength (0 = off)")
         p.add_argument("--max-seconds", type=float, default=60.0, help="reference video seconds to read")
+        p.add_argument("--face-index", type=int, default=0, help="which face when there are several: 0 = the "
+                       "largest, 1 = the next largest, ...")
         p.add_argument("--out", required=True, help="output .mp4")
         max_side(p)
         p.add_argument("--render", default="headless", choices=["headless", "nodes"],
@@ -437,8 +454,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         report = args.func(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        # Clear, actionable messages come from the nodes; no traceback for user errors.
+    except (ValueError, OSError, RuntimeError) as exc:
+        # Clear, actionable messages come from the nodes; no traceback for user errors. OSError covers
+        # files the run could not write (a full disk, a folder that became unwritable mid-run).
+        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+            exc = OSError(f"could not read or write a file: {exc}. Check the paths and that the output folder "
+                          "is writable and has free space.")
         print(f"error: {exc}", file=sys.stderr)
         if getattr(args, "json", False):
             print(json.dumps({"ok": False, "error": str(exc)}))

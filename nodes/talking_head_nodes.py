@@ -223,7 +223,10 @@ class TrainAvatar:
         avatar = train_avatar(faces, wave, rate, name, steps=steps, time_budget_s=time_budget_minutes * 60.0,
                               device=device, resume=resume, seed=seed, progress=on_step,
                               should_stop=interrupted, status=status_lines.append)
-        report = "\n".join([avatar.summary() if hasattr(avatar, "summary") else str(avatar)] + status_lines[-5:])
+        # every warning (e.g. a budget too short for a usable avatar) plus the last few status lines
+        warnings = [line for line in status_lines if line.startswith("warning:")]
+        recent = [line for line in status_lines[-5:] if line not in warnings]
+        report = "\n".join([avatar.summary() if hasattr(avatar, "summary") else str(avatar)] + warnings + recent)
         return {"ui": {"text": [report]}, "result": (avatar, report)}
 
 

@@ -206,8 +206,10 @@ class TemporalSmooth:
         progress = Progress(len(frames), "TemporalSmooth")
         import torch
 
+        from ..engines.devices import torch_cuda_usable
+
         # on a GPU the per-frame filter steps are microseconds; on the CPU numpy runs row bands on threads
-        device = "cuda" if torch.cuda.is_available() else None
+        device = "cuda" if torch_cuda_usable() else None
         # in place on `box` (already this node's own copy): one less box-sized allocation, which on a
         # minute of video is ~0.6 GB of fresh pages
         def run(on: str | None) -> np.ndarray:
