@@ -122,10 +122,11 @@ def _decode_soundfile(p: Path, max_seconds: float | None,
 
 
 def ffmpeg_exe() -> str:
-    """Path of the ffmpeg binary shipped by imageio-ffmpeg (or $IMAGEIO_FFMPEG_EXE)."""
-    import imageio_ffmpeg
+    """Path of the ffmpeg binary: $IMAGEIO_FFMPEG_EXE, else imageio-ffmpeg's (one rule for the pack:
+    media.ffmpeg_tools, so imageio-ffmpeg need not be installed when the variable is set)."""
+    from ..media.ffmpeg_tools import ffmpeg_exe as pack_ffmpeg
 
-    return imageio_ffmpeg.get_ffmpeg_exe()
+    return pack_ffmpeg()
 
 
 # Channel counts of ffmpeg's named layouts (libavutil/channel_layout.c); a name not listed is
