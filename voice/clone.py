@@ -188,21 +188,34 @@ def _save_probe_pitches(pitches: dict[str, float]) -> None:
         log.warning("could not cache the bundled voices' pitch in %s: %s", path, exc)
 
 
-def bundled_voice_pitches(scorer: "ProbeScorer", voices: dict[str, np.ndarray],
+def bundled_voice_pitches(voices: dict[str, np.ndarray], probe_text: str, backend: str = "auto",
+                          precision: str = "auto", speak: Callable[[np.ndarray], np.ndarray] | None = None,
                           progress: Callable[[], None] | None = None) -> dict[str, float]:
-    """voice name -> median pitch (Hz) of its probe speech, from the disk cache or measured (and cached)."""
+    """voice name -> median pitch (Hz) of its probe speech, from the disk cache or measured (and cached).
+
+    speak(pack) -> 24 kHz speech of the probe at the voice's own pitch (default: synthesize it)."""
+    if speak is None:
+        def speak(pack: np.ndarray) -> np.ndarray:
+            return synthesize_speech(probe_text, voice_pack=pack, backend=backend, precision=precision).waveform
     cached = _load_probe_pitches()
     pitches, new = {}, {}
     for name, pack in voices.items():
-        key = _probe_pitch_key(pack, scorer.probe_text, scorer.backend, scorer.precision)
+        key = _probe_pitch_key(pack, probe_text, backend, precision)
         if key not in cached:
-            new[key] = median_pitch(scorer.speech(pack, 1.0))
+            new[key] = median_pitch(speak(pack))
             if progress:
                 progress()
         pitches[name] = new.get(key, cached.get(key, float("nan")))
     if new:
         _save_probe_pitches(new)
     return pitches
+
+
+def cache_probe_pitches(backend: str = "auto", precision: str = "auto") -> dict[str, dict[str, float]]:
+    """Setup step: measure every bundled voice's probe pitch for every probe language once, so a
+    user's first voice fit does not pay for it. language -> voice -> Hz."""
+    voices = bundled_voices()
+    return {lang: bundled_voice_pitches(voices, text, backend, precision) for lang, text in PROBES.items()}
 
 
 def uncached_pitch_count(voices: dict[str, np.ndarray], probe_text: str, backend: str, precision: str) -> int:
@@ -280,7 +293,9 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: in
 
     pitch_match = None
     if has_target:
-        voice_pitch = bundled_voice_pitches(scorer, voices, progress=lambda: report(done + 1))
+        voice_pitch = bundled_voice_pitches(voices, scorer.probe_text, backend, precision,
+                                            speak=lambda pack: scorer.speech(pack, 1.0),
+                                            progress=lambda: report(done + 1))
         pitch_match = {name: target_pitch / p for name, p in voice_pitch.items() if np.isfinite(p) and p > 0}
     start = done
     result = imitate(voices, scorer, budget=budget, seed=seed, pitch_match=pitch_match or None,
