@@ -41,3 +41,26 @@ def test_fitted_voice_of_a_male_speaker_keeps_his_pitch(male_clip, setup_models)
     ratio = median_pitch(speech) / profile.pitch_hz_median
     assert abs(ratio - 1) <= 0.15, f"fitted voice at {ratio:.2f} x the speaker's pitch"
     assert abs(float(fitted.extras[KEY_FITTED_PITCH]) / profile.pitch_hz_median - 1) <= 0.15
+
+
+def test_cli_progress_draws_a_bar_on_a_terminal(monkeypatch):
+    import io
+    import sys
+
+    from digital_human.nodes import comfy_glue
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(comfy_glue, "in_comfyui", lambda: False)
+    monkeypatch.setattr(comfy_glue, "_console", False)
+    comfy_glue.enable_console_progress()
+    bar = comfy_glue.Progress(4, "voice fit")
+    for _ in range(4):
+        bar.update()
+    frames = err.getvalue().split("\r")[1:]
+    assert len(frames) == 4 and frames[0].startswith("voice fit [") and "1/4" in frames[0]
+    assert frames[-1].rstrip().endswith("s") and "4/4" in frames[-1] and frames[-1].endswith("\n")
