@@ -452,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from .nodes.comfy_glue import enable_console_progress
+
+    enable_console_progress()  # long steps (the voice fit, rendering) draw a bar on stderr
     try:
         report = args.func(args)
     except (ValueError, OSError, RuntimeError) as exc:

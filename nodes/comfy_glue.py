@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,18 @@ def in_comfyui() -> bool:
     return True
 
 
+_console = False  # the CLI turns this on: a bar on stderr instead of log lines (when stderr is a terminal)
+
+
+def enable_console_progress(enabled: bool = True) -> None:
+    """Draw Progress as a one-line bar on stderr outside ComfyUI (the CLI calls this)."""
+    global _console
+    _console = enabled
+
+
 class Progress:
-    """Progress for one long step: ComfyUI's bar in the UI, a log line every 10% elsewhere."""
+    """Progress for one long step: ComfyUI's bar in the UI, a stderr bar in the CLI on a terminal,
+    a log line every 10% elsewhere."""
 
     def __init__(self, total: int, label: str) -> None:
         self.total = max(1, int(total))
@@ -34,6 +46,7 @@ class Progress:
         self.done = 0
         self._last_logged = -1
         self._bar: Any = None
+        self._start = time.monotonic()
         if in_comfyui():
             import comfy.utils  # type: ignore[import-not-found]
 
@@ -45,10 +58,22 @@ class Progress:
         if self._bar is not None:
             self._bar.update_absolute(self.done, self.total)
             return
+        if _console and sys.stderr.isatty():
+            self._draw()
+            return
         decile = int(10 * self.done / self.total)
         if decile != self._last_logged:
             self._last_logged = decile
             log.info("%s: %d/%d", self.label, self.done, self.total)
+
+
+    def _draw(self) -> None:
+        width = 30
+        filled = int(width * self.done / self.total)
+        end = "\n" if self.done >= self.total else ""
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                         f"{time.monotonic() - self._start:.0f} s{end}")
+        sys.stderr.flush()
 
 
 def check_interrupted() -> None:

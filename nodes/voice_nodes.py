@@ -15,6 +15,7 @@ import numpy as np
 
 from ..atomic_file import atomic_path
 from ..assets.pypi_fetch import sha256_file
+from ..voice.imitation import DEFAULT_BUDGET
 from .comfy_glue import Progress, list_input_files, resolve_input_file, temp_directory
 
 log = logging.getLogger("digital_human")
@@ -100,8 +101,8 @@ class ExtractSpeakerEmbedding:
             "required": {
                 "reference": ("AUDIO",),
                 "imitate": ("BOOLEAN", {"default": True, "tooltip": "Fit a TTS voice to this speaker "
-                                        "(about 24 short syntheses, once per clip; cached)."}),
-                "search_budget": ("INT", {"default": 24, "min": 5, "max": 200,
+                                        "(about 16 short syntheses, once per clip; cached)."}),
+                "search_budget": ("INT", {"default": DEFAULT_BUDGET, "min": 5, "max": 200,
                                           "tooltip": "Syntheses the voice search may use."}),
                 "seed": ("INT", {"default": 0, "min": 0, "max": 2**31 - 1}),
                 "backend": (BACKENDS, {"default": "auto"}),
@@ -120,14 +121,14 @@ class ExtractSpeakerEmbedding:
     FUNCTION = "extract_node"
     CATEGORY = CATEGORY
 
-    def extract_node(self, reference: dict, imitate: bool = True, search_budget: int = 24, seed: int = 0,
+    def extract_node(self, reference: dict, imitate: bool = True, search_budget: int = DEFAULT_BUDGET, seed: int = 0,
                      backend: str = "auto", reference_text: str = "", save_name: str = ""):
         speaker, report = self.extract(reference, backend=backend, reference_text=reference_text,
                                        imitate=imitate, budget=search_budget, seed=seed, save_name=save_name)
         return (speaker, report["text"])
 
     def extract(self, reference: dict, backend: str = "auto", reference_text: str = "", imitate: bool = True,
-                budget: int = 24, seed: int = 0, name: str = "", save_name: str = "") -> tuple[Any, dict]:
+                budget: int = DEFAULT_BUDGET, seed: int = 0, name: str = "", save_name: str = "") -> tuple[Any, dict]:
         from ..audio import from_comfy_audio, prepare_reference
         from ..engines import speaker_encoder as se
         from ..paths import model_dir, resolve_inside
@@ -150,9 +151,15 @@ class ExtractSpeakerEmbedding:
         lines = [speaker.summary()]
         if imitate and not has_fitted_voice(speaker, budget, seed, "auto", reference=prepared):
             start = time.perf_counter()
-            progress = Progress(budget, "voice search")
+            bar: list[Progress] = []  # made on the first report: fit_voice knows the total (budget + checks)
+
+            def on_progress(done: int, total: int) -> None:
+                if not bar:
+                    bar.append(Progress(total, "voice fit"))
+                bar[0].update(done - bar[0].done)
+
             speaker, result = fit_voice(speaker, budget=budget, seed=seed, backend=backend, reference=prepared,
-                                        progress=lambda done, total: progress.update(done - progress.done))
+                                        progress=on_progress)
             default_cache().put(speaker)  # next run of the same clip skips the search
             timings["voice_search"] = time.perf_counter() - start
             lines.append(f"voice: {result.base_voice} similarity {result.base_similarity:.3f} -> imitated "

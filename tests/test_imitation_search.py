@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from digital_human.voice.imitation import apply_offset, imitate, timbre_statistics
+from digital_human.voice.imitation import (PITCH_SEARCH_TOL, apply_offset, imitate, pitch_candidates,
+                                            timbre_statistics)
 
 
 def _voices(rng):
@@ -42,23 +43,39 @@ def test_offset_touches_only_timbre_half_and_strength_scales_it():
     assert np.allclose(half[..., :128] - voices[result.base_voice][..., :128], result.timbre_offset * 0.5, atol=1e-6)
 
 
-def test_pitch_prior_keeps_a_far_pitched_voice_from_being_the_base():
+def test_pitch_target_picks_base_voices_that_reach_it_and_bounds_the_pitch():
     rng = np.random.default_rng(3)
     voices = _voices(rng)
-    # v4 scores best but would need its pitch halved (a female voice for a male speaker)
+    # v4 scores best but would need its pitch more than halved (a female voice for a male speaker)
     scores = {name: 0.5 + 0.01 * i for i, name in enumerate(voices)}
+    scored = []
 
     def score(pack, f0, formant):
         name = next(n for n, v in voices.items() if np.allclose(v[..., 128:], pack[..., 128:]))
-        return scores[name]
+        scored.append((name, f0))
+        return scores[name] + 0.02 * f0  # rewards a higher pitch: the search must not follow it far
 
     ratios = {"v0": 1.2, "v1": 0.9, "v2": 2.1, "v3": 0.4, "v4": 0.45}
-    result = imitate(voices, score, budget=10, seed=0, pitch_match=ratios)
-    assert result.base_voice == "v1"  # best of the voices within the prior
-    assert result.base_similarity == scores["v4"]  # the baseline still reports the best bundled voice
-    # with no voice inside the prior, the search falls back to all voices
-    far = {name: 2.5 for name in voices}
+    result = imitate(voices, score, budget=16, seed=0, pitch_match=ratios)
+    assert result.base_voice == "v1"  # best of the voices that reach the speaker's pitch
+    assert set(result.voice_scores) == {"v0", "v1"}  # the others are not even synthesized
+    assert {name for name, _ in scored} == {"v0", "v1"}
+    assert all(f0 == 1.2 for name, f0 in scored if name == "v0")  # candidates scored at the matched pitch
+    assert abs(np.log(result.f0_scale / 0.9)) <= np.log(PITCH_SEARCH_TOL) + 1e-6
+    # no voice comfortably near: the one needing the smallest shift (v2 at x2.1 is beyond the hard limit)
+    assert pitch_candidates({"v0": 1.65, "v1": 0.58, "v2": 2.1}, list(voices)) == ["v0"]
+    far = {name: 2.5 for name in voices}  # none reachable: all tie, the best-scoring one is the base
     assert imitate(voices, score, budget=8, seed=0, pitch_match=far).base_voice == "v4"
+
+
+def test_search_stops_early_and_reports_full_progress():
+    rng = np.random.default_rng(4)
+    voices = _voices(rng)
+    seen = []
+    result = imitate(voices, lambda p, f0, formant: 0.5, budget=60, seed=0, patience=2,
+                     progress=lambda done, total: seen.append((done, total)))
+    assert result.evaluations < 60  # a flat score never improves: stopped after 2 idle generations
+    assert seen[-1] == (60, 60) and [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
 def test_fitted_eq_is_stored_loadable_and_applied_with_strength(tmp_path, setup_models):
@@ -73,17 +90,17 @@ def test_fitted_eq_is_stored_loadable_and_applied_with_strength(tmp_path, setup_
     profile.extras.update({tts.KEY_BASE_VOICE: np.array(name), tts.KEY_OFFSET: np.zeros(128, np.float32),
                            tts.KEY_F0: np.array(1.1, np.float32), tts.KEY_EQ: gains,
                            KEY_REFERENCE_LTAS: np.zeros(40, np.float32),
-                           "imitation_settings": np.array(settings_key(24, 0, "en"))})
+                           "imitation_settings": np.array(settings_key(16, 0, "en"))})
     loaded = SpeakerProfile.load_npz(profile.save_npz(tmp_path / "v.npz"))  # npz without pickle
-    assert has_fitted_voice(loaded, 24, 0, "en", reference=(np.zeros(10), 24000))
+    assert has_fitted_voice(loaded, 16, 0, "en", reference=(np.zeros(10), 24000))
     choice = tts._voice_for(loaded, "auto", 0.5)
     assert np.allclose(choice.eq, gains * 0.5) and "spectral EQ" in choice.label
     assert choice.f0_scale == pytest.approx(1.1 ** 0.5) and choice.formant == 1.0  # no formant key: unchanged
     other = next(v for v in tts.bundled_voices() if v != name)
     assert tts._voice_for(loaded, other, 1.0).eq is None  # a plain bundled voice gets no EQ
     del loaded.extras[tts.KEY_EQ]  # fitted before the audio was known: refit once it is
-    assert not has_fitted_voice(loaded, 24, 0, "en", reference=(np.zeros(10), 24000))
-    assert has_fitted_voice(loaded, 24, 0, "en")
+    assert not has_fitted_voice(loaded, 16, 0, "en", reference=(np.zeros(10), 24000))
+    assert has_fitted_voice(loaded, 16, 0, "en")
 
 
 def test_without_fitted_voice_drops_the_fit_but_keeps_the_bundled_scores():

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..engines import speaker_encoder as se
-from .imitation import ImitationResult, imitate
+from .imitation import DEFAULT_BUDGET, PITCH_HARD, ImitationResult, imitate
 from .speaker import SpeakerProfile
 from . import spectral_match as sm
 from .tts import (KEY_BASE_VOICE, KEY_EQ, KEY_F0, KEY_FORMANT, KEY_OFFSET, KEY_SCORES, SAMPLE_RATE,
@@ -98,7 +98,7 @@ class ProbeScorer:
     def speech(self, pack: np.ndarray, f0: float, formant: float = 1.0) -> np.ndarray:
         key = self._key(pack, f0, formant)
         if key not in self._speech:
-            if len(self._speech) > 16:
+            if len(self._speech) > 32:
                 self._speech.clear()
             self._speech[key] = synthesize_speech(self.probe_text, voice_pack=pack, f0_scale=f0,
                                                   formant_scale=formant, backend=self.backend,
@@ -138,13 +138,89 @@ class ProbeScorer:
 
 
 def median_pitch(wave: np.ndarray, sample_rate: int = SAMPLE_RATE) -> float:
-    """Median F0 (Hz) of voiced frames, NaN when nothing is voiced (pYIN at 8 kHz: cheap, enough here)."""
-    import librosa
+    """Median F0 (Hz) of voiced frames, NaN when nothing is voiced (the same estimator as the profile's)."""
+    from .pitch import median_f0
 
-    wav8 = librosa.resample(wave, orig_sr=sample_rate, target_sr=8000)
-    f0, voiced, _ = librosa.pyin(wav8, fmin=60, fmax=450, sr=8000, frame_length=512)
-    voiced_f0 = f0[voiced & np.isfinite(f0)]
-    return float(np.median(voiced_f0)) if voiced_f0.size else float("nan")
+    return median_f0(wave, sample_rate)
+
+
+# Bundled voices' median pitch on the probe, cached on disk: it is fixed per (graph, voice pack, probe
+# text, estimator), and measuring it costs a synthesis + pYIN per voice, a third of a first fit.
+PROBE_PITCH_FILE = "probe_pitch.json"
+PROBE_PITCH_VERSION = "pyin8k-r0.25"
+
+
+def _probe_pitch_key(pack: np.ndarray, probe_text: str, backend: str, precision: str) -> str:
+    import hashlib
+
+    from ..engines.kokoro.assets import kokoro_assets
+
+    h = hashlib.sha1(np.ascontiguousarray(pack, dtype=np.float32).tobytes())
+    h.update(probe_text.encode("utf-8"))
+    return f"{PROBE_PITCH_VERSION};{kokoro_assets().sha256[:16]};{backend}/{precision};{h.hexdigest()[:16]}"
+
+
+def _load_probe_pitches() -> dict[str, float]:
+    import json
+
+    from ..paths import model_dir
+
+    path = model_dir("kokoro") / PROBE_PITCH_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _save_probe_pitches(pitches: dict[str, float]) -> None:
+    import json
+
+    from ..atomic_file import atomic_path
+    from ..paths import model_dir
+
+    path = model_dir("kokoro") / PROBE_PITCH_FILE
+    merged = {**_load_probe_pitches(), **pitches}  # another process may have added voices meanwhile
+    try:
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(merged, indent=1, sort_keys=True), encoding="utf-8")
+    except OSError as exc:  # a read-only models folder only costs the measurement next time
+        log.warning("could not cache the bundled voices' pitch in %s: %s", path, exc)
+
+
+def bundled_voice_pitches(voices: dict[str, np.ndarray], probe_text: str, backend: str = "auto",
+                          precision: str = "auto", speak: Callable[[np.ndarray], np.ndarray] | None = None,
+                          progress: Callable[[], None] | None = None) -> dict[str, float]:
+    """voice name -> median pitch (Hz) of its probe speech, from the disk cache or measured (and cached).
+
+    speak(pack) -> 24 kHz speech of the probe at the voice's own pitch (default: synthesize it)."""
+    if speak is None:
+        def speak(pack: np.ndarray) -> np.ndarray:
+            return synthesize_speech(probe_text, voice_pack=pack, backend=backend, precision=precision).waveform
+    cached = _load_probe_pitches()
+    pitches, new = {}, {}
+    for name, pack in voices.items():
+        key = _probe_pitch_key(pack, probe_text, backend, precision)
+        if key not in cached:
+            new[key] = median_pitch(speak(pack))
+            if progress:
+                progress()
+        pitches[name] = new.get(key, cached.get(key, float("nan")))
+    if new:
+        _save_probe_pitches(new)
+    return pitches
+
+
+def cache_probe_pitches(backend: str = "auto", precision: str = "auto") -> dict[str, dict[str, float]]:
+    """Setup step: measure every bundled voice's probe pitch for every probe language once, so a
+    user's first voice fit does not pay for it. language -> voice -> Hz."""
+    voices = bundled_voices()
+    return {lang: bundled_voice_pitches(voices, text, backend, precision) for lang, text in PROBES.items()}
+
+
+def uncached_pitch_count(voices: dict[str, np.ndarray], probe_text: str, backend: str, precision: str) -> int:
+    cached = _load_probe_pitches()
+    return sum(_probe_pitch_key(p, probe_text, backend, precision) not in cached for p in voices.values())
 
 
 def _wave_and_rate(reference: Any) -> tuple[np.ndarray, int]:
@@ -179,7 +255,14 @@ def without_fitted_voice(speaker: SpeakerProfile) -> SpeakerProfile:
     return plain
 
 
-def fit_voice(speaker: SpeakerProfile, *, budget: int = 24, seed: int = 0, language: str = "auto",
+# The fitted voice's median pitch must be within +-15 % of the speaker's (issue 18); the search keeps
+# it within ~6 % by construction (imitation.PITCH_*); if the measured pitch of the result is further
+# off than this (a voice whose timbre offset moved its pitch), the f0 scale is corrected once.
+PITCH_CHECK_TOL = 1.08
+KEY_FITTED_PITCH = "imitation_pitch_hz"  # median F0 of the fitted voice's probe speech
+
+
+def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: int = 0, language: str = "auto",
               backend: str = "auto", precision: str = "auto",
               progress: Callable[[int, int], None] | None = None,
               reference: Any = None) -> tuple[SpeakerProfile, ImitationResult]:
@@ -189,39 +272,68 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = 24, seed: int = 0, langu
     reference: the prepared reference audio the profile came from (PreparedAudio or (wave, rate)).
     Its long-term spectra are stored on the profile, so a later refit needs no audio. Without it
     (and without stored spectra) the voice is fitted without EQ.
+    progress(done, total): called after every synthesis (bundled voices' pitch when not cached yet,
+    the search, the final pitch check), `total` fixed from the start.
     """
     lang = probe_language(speaker, language)
     spectra = reference_spectra(reference, speaker.extras)
     scorer = ProbeScorer(speaker.embedding, PROBES[lang], backend, precision, reference_ltas=spectra)
     voices = bundled_voices()
-    pitch_match = None
     target_pitch = float(speaker.pitch_hz_median)
-    if np.isfinite(target_pitch) and target_pitch > 0:
-        # each voice's own pitch on the probe; the synthesis is reused when the search scores it
-        pitch_match = {name: target_pitch / median_pitch(scorer.speech(pack, 1.0)) for name, pack in voices.items()}
-        pitch_match = {name: ratio for name, ratio in pitch_match.items() if np.isfinite(ratio)}
-    result = imitate(voices, scorer, budget=budget, seed=seed, progress=progress, pitch_match=pitch_match)
-    log.info("voice imitation: best bundled voice %.3f -> imitated %.3f (%s, pitch x%.2f, formants x%.2f) after %d "
-             "syntheses", result.base_similarity, result.similarity, result.base_voice, result.f0_scale,
-             result.formant_scale, result.evaluations)
+    has_target = np.isfinite(target_pitch) and target_pitch > 0
+    n_pitch = uncached_pitch_count(voices, scorer.probe_text, backend, precision) if has_target else 0
+    total = n_pitch + budget + 1
+    done = 0
+
+    def report(n: int) -> None:  # n syntheses done so far
+        nonlocal done
+        done = min(total, max(done, n))
+        if progress:
+            progress(done, total)
+
+    pitch_match = None
+    if has_target:
+        voice_pitch = bundled_voice_pitches(voices, scorer.probe_text, backend, precision,
+                                            speak=lambda pack: scorer.speech(pack, 1.0),
+                                            progress=lambda: report(done + 1))
+        pitch_match = {name: target_pitch / p for name, p in voice_pitch.items() if np.isfinite(p) and p > 0}
+    start = done
+    result = imitate(voices, scorer, budget=budget, seed=seed, pitch_match=pitch_match or None,
+                     progress=lambda calls, _total: report(start + calls))
+    report(start + budget)
+    pack = result.apply(voices[result.base_voice])
+    fitted_pitch = median_pitch(scorer.speech(pack, result.f0_scale, result.formant_scale)) if has_target else float("nan")
+    if has_target and np.isfinite(fitted_pitch) and abs(np.log(fitted_pitch / target_pitch)) > np.log(PITCH_CHECK_TOL):
+        corrected = float(np.clip(result.f0_scale * target_pitch / fitted_pitch, *PITCH_HARD))
+        log.info("voice imitation: fitted pitch %.0f Hz vs speaker %.0f Hz: pitch x%.2f -> x%.2f", fitted_pitch,
+                 target_pitch, result.f0_scale, corrected)
+        result.f0_scale = corrected
+        result.similarity = scorer(pack, corrected, result.formant_scale)
+        fitted_pitch = median_pitch(scorer.speech(pack, corrected, result.formant_scale))
+    report(total)
+    log.info("voice imitation: best bundled voice %.3f -> imitated %.3f (%s, pitch x%.2f = %.0f Hz for a %.0f Hz "
+             "speaker, formants x%.2f) after %d syntheses", result.base_similarity, result.similarity,
+             result.base_voice, result.f0_scale, fitted_pitch, target_pitch, result.formant_scale,
+             result.evaluations)
     fitted = speaker.copy()
     fitted.extras[KEY_BASE_VOICE] = np.array(result.base_voice)
     fitted.extras[KEY_OFFSET] = result.timbre_offset.astype(np.float32)
     fitted.extras[KEY_F0] = np.array(result.f0_scale, np.float32)
     fitted.extras[KEY_FORMANT] = np.array(result.formant_scale, np.float32)
-    fitted.extras[KEY_SCORES] = np.array([result.voice_scores[name] for name in voices], np.float32)
+    # voices that cannot reach the speaker's pitch are not scored: -1 keeps them last for TTS's fallback
+    fitted.extras[KEY_SCORES] = np.array([result.voice_scores.get(name, -1.0) for name in voices], np.float32)
     fitted.extras[KEY_SIMILARITY] = np.array(result.similarity, np.float32)
     fitted.extras[KEY_BASE_SIMILARITY] = np.array(result.base_similarity, np.float32)
+    fitted.extras[KEY_FITTED_PITCH] = np.array(fitted_pitch, np.float32)
     fitted.extras.pop(KEY_EQ, None)
     if "power" in spectra:
         fitted.extras[KEY_REFERENCE_LTAS] = spectra["power"]
     if "log" in spectra:
         fitted.extras[KEY_REFERENCE_LOG_LTAS] = spectra["log"]
     if spectra:
-        fitted.extras[KEY_EQ] = scorer.eq(result.apply(voices[result.base_voice]), result.f0_scale,
-                                          result.formant_scale)
+        fitted.extras[KEY_EQ] = scorer.eq(pack, result.f0_scale, result.formant_scale)
     fitted.extras[KEY_SETTINGS] = np.array(settings_key(budget, seed, lang))
-    fitted.style = result.apply(voices[result.base_voice])[len(voices[result.base_voice]) // 4].reshape(-1)
+    fitted.style = pack[len(pack) // 4].reshape(-1)
     return fitted, result
 
 
@@ -239,5 +351,6 @@ def has_fitted_voice(speaker: SpeakerProfile, budget: int, seed: int, language: 
 def settings_key(budget: int, seed: int, lang: str) -> str:
     # v2: the search also fits pitch. v3: two-sentence probe, pitch prior on the base voice, spectral EQ.
     # v4: formant scale, EQ chosen per candidate from power/log-domain curves at three strengths.
+    # v5: pitch kept within +-15 % of the speaker's (base voices by pitch, pitch search bounded, checked).
     # Voices fitted by older versions are refitted.
-    return f"v4;budget={budget};seed={seed};lang={lang}"
+    return f"v5;budget={budget};seed={seed};lang={lang}"

@@ -7,15 +7,16 @@ while touching the prosody half or rewriting spectra hurt intelligibility. The p
 pitch control onto the graph (engines/kokoro/controls.py): the predicted F0 contour is scaled
 before the vocoder, which shifts pitch cleanly. So this search:
 
-1. scores every bundled voice unchanged (the "best bundled voice" baseline),
-2. takes the best-scoring one within an octave of the speaker's median pitch as the base voice and
-   scores it at the pitch that matches the speaker's median F0,
+1. keeps the bundled voices that reach the speaker's median pitch with a modest pitch shift (the
+   pitch constraint below) and scores each at that pitch (the "best bundled voice" baseline),
+2. takes the best-scoring one as the base voice,
 3. tries the formant scale (formant.py: vocal-tract length, which no bundled voice may match) a
    step down and up, and a further step in the direction that won,
 4. tries timbre blends of the best voice with the runners-up,
 5. runs a (1+lambda) evolution strategy on (timbre half, log pitch scale, log formant scale), with
    per-dimension step sizes from the spread of the bundled voices and the offset clamped to their
-   range, so the result stays inside the space the decoder was trained on (keeps words intelligible).
+   range, so the result stays inside the space the decoder was trained on (keeps words intelligible),
+   and the pitch held near the speaker's; it stops early when PATIENCE generations bring nothing.
 
 The scorer is a callable (voice pack, f0 scale, formant scale) -> similarity, so the search is
 independent of which backend synthesizes and embeds.
@@ -30,18 +31,31 @@ import numpy as np
 from .formant import clip_formant
 
 TIMBRE = slice(0, 128)
-F0_RANGE = (0.7, 1.45)  # beyond this Kokoro's vocoder starts to sound strained
+F0_RANGE = (0.7, 1.45)  # search range without a pitch target; beyond it Kokoro's vocoder starts to sound strained
 F0_STEP = 0.06  # ES step of log(f0 scale) at sigma 1
-# Pitch prior for the base voice: a bundled voice whose own median pitch is more than an octave
-# away from the speaker's is not taken as the base (when any voice is within it). With the v2 search
-# the male spk_en_male_04 (117 Hz) got the female jf_alpha (243 Hz) as base and ended below jm_kumo
-# on held-out speech. A tighter limit (1.6) was tried and hurt: spk_zh_male_01 lost jm_kumo.
-PITCH_PRIOR_RATIO = 2.0
+# Pitch target (issue 18): the fitted voice's median F0 must stay within +-15 % of the speaker's. GE2E
+# barely hears pitch, so v4 let a male speaker end on a female voice at 250 Hz (a 121 Hz speaker) or
+# drop a 132 Hz man to 99 Hz. With a target the pitch is a constraint, not a search variable:
+# - base voices are those that reach the speaker's pitch within PITCH_COMFORT (the bundled female
+#   voices sit at 233-328 Hz on the probe, the male jm_kumo at 88 Hz, so this also keeps the sex
+#   whenever one voice of it is near); with none in it, the voice needing the smallest shift, within
+#   PITCH_HARD;
+# - the candidates are scored AT the matched pitch, and the ES moves the pitch only within
+#   x/÷ PITCH_SEARCH_TOL of it (pitch measurement error ~1-3 %), so the fit lands well inside +-15 %.
+PITCH_COMFORT = (0.68, 1.5)
+PITCH_HARD = (0.6, 1.7)  # with the formant range (0.86-1.16) Kokoro is asked for 0.52-1.98
+PITCH_SEARCH_TOL = 1.06
 # Formant line search: first steps x/÷ FORMANT_LINE_STEP, then one more step the same way when one
 # won. On the v3 fits, the best probe score moved the formants by 0-12 % (mostly up for the
 # speakers whose base voice is a Japanese voice); ES steps in log formant are this big at sigma 1.
 FORMANT_LINE_STEP = 1.07
 FORMANT_STEP = 0.04
+# Early stop: the ES gives up after this many generations in a row without a better voice (its step
+# has shrunk to 0.7^3 = 1/3 by then); part of the first-use time budget (issue 18: fit <= 60 s).
+PATIENCE = 3
+# Syntheses per fit. v4 used 24 (budget 40 gained nothing: +0.080 vs +0.078 held-out); 16 plus the
+# early stop keeps a first-use fit near a minute on a 2-core CPU (issue 18), see RESULTS_voice.md.
+DEFAULT_BUDGET = 16
 
 Scorer = Callable[[np.ndarray, float, float], float]  # (voice pack, f0 scale, formant scale) -> similarity
 
@@ -80,26 +94,43 @@ def _timbre(pack: np.ndarray) -> np.ndarray:
     return np.asarray(pack, np.float32).reshape(-1, 256)[:, TIMBRE].mean(axis=0)
 
 
-def _clip_f0(scale: float) -> float:
-    return float(np.clip(scale, *F0_RANGE))
+def pitch_candidates(pitch_match: dict[str, float], voices: list[str]) -> list[str]:
+    """The bundled voices that may be the base for a speaker, given the f0 scale each needs (see PITCH_*)."""
+    known = {name: r for name, r in pitch_match.items() if name in voices and np.isfinite(r) and r > 0}
+    comfortable = [n for n, r in known.items() if PITCH_COMFORT[0] <= r <= PITCH_COMFORT[1]]
+    if comfortable:
+        return comfortable
+    reachable = [n for n, r in known.items() if PITCH_HARD[0] <= r <= PITCH_HARD[1]]
+    pool = reachable or list(known)
+    if not pool:
+        return list(voices)
+    nearest = min(abs(np.log(known[n])) for n in pool)
+    return [n for n in pool if abs(np.log(known[n])) <= nearest + 1e-6]
 
 
-def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = 24,
+def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_BUDGET,
             seed: int = 0, population: int = 4, progress: Callable[[int, int], None] | None = None,
-            pitch_match: dict[str, float] | None = None, search_formant: bool = True) -> ImitationResult:
+            pitch_match: dict[str, float] | None = None, search_formant: bool = True,
+            patience: int = PATIENCE) -> ImitationResult:
     """Search the voice that maximises `score(pack, f0_scale, formant_scale)` within `budget` score calls.
 
-    pitch_match: per bundled voice, the f0 scale that brings its median pitch to the speaker's
-    (None: no pitch matching; the pitch search still runs from 1.0). It also acts as a prior: voices
-    needing a scale beyond PITCH_PRIOR_RATIO (an octave: a female voice for a male speaker) are
-    scored but not chosen as the base voice while a voice within it exists.
+    pitch_match: per bundled voice, the f0 scale that brings its median pitch to the speaker's. With
+    it the pitch is a constraint (see PITCH_*): only voices that reach the speaker's pitch are scored
+    (at that pitch), and the search keeps the pitch within PITCH_SEARCH_TOL of it. None: every voice
+    is scored at its own pitch and the pitch is searched from 1.0 within F0_RANGE.
     search_formant: False keeps the formant scale at 1 (the scorer then always gets 1.0).
+    patience: generations in a row without improvement after which the ES stops early.
     """
     if not voices:
         raise ValueError("voice imitation needs at least one bundled voice")
     rng = np.random.default_rng(seed)
     calls = 0
-    total = max(budget, len(voices))
+    if pitch_match:
+        candidates = pitch_candidates(pitch_match, list(voices))
+        centre = {n: float(np.clip(pitch_match.get(n, 1.0), *PITCH_HARD)) for n in candidates}
+    else:
+        candidates, centre = list(voices), {n: 1.0 for n in voices}
+    total = max(budget, len(candidates))
 
     def evaluate(pack: np.ndarray, f0: float, formant: float = 1.0) -> float:
         nonlocal calls
@@ -109,25 +140,15 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = 24,
             progress(min(calls, total), total)
         return value
 
-    voice_scores = {name: evaluate(pack, 1.0) for name, pack in voices.items()}
-    base_scores = dict(voice_scores)
-    eligible = list(voices)
-    if pitch_match:
-        near = [name for name in voices if name in pitch_match
-                and 1 / PITCH_PRIOR_RATIO <= pitch_match[name] <= PITCH_PRIOR_RATIO]
-        eligible = near or eligible
-    # The base voice is chosen on its own, unshifted voice: on the benchmark a pitch-shifted voice that
-    # edged ahead on the probe was worse on other text (spk_zh_03: jf_gongitsune over jf_alpha).
-    ranked = sorted(eligible, key=voice_scores.get, reverse=True)
+    voice_scores = {name: evaluate(voices[name], centre[name]) for name in candidates}
+    ranked = sorted(candidates, key=voice_scores.get, reverse=True)
     base_name = ranked[0]
     base = np.asarray(voices[base_name], np.float32)
-    best, best_f0 = voice_scores[base_name], 1.0
-    if pitch_match and calls < budget:
-        f0 = _clip_f0(pitch_match.get(base_name, 1.0))
-        if abs(f0 - 1.0) > 0.02:
-            value = evaluate(base, f0)
-            if value > best:
-                best, best_f0 = value, f0
+    best, best_f0 = voice_scores[base_name], centre[base_name]
+    if pitch_match:
+        f0_lo, f0_hi = best_f0 / PITCH_SEARCH_TOL, best_f0 * PITCH_SEARCH_TOL
+    else:
+        f0_lo, f0_hi = F0_RANGE
     history = [best]
     best_formant = 1.0
     if search_formant:
@@ -151,12 +172,13 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = 24,
 
     sigma = 0.5
     formant_step = FORMANT_STEP if search_formant else 0.0
-    while calls + 1 <= budget:
+    stalled = 0
+    while calls + 1 <= budget and stalled < patience:
         children = []
         for _ in range(min(population, budget - calls)):
             step = rng.standard_normal(128).astype(np.float32) * spread * sigma
             child = np.clip(best_offset + step, lo_bound, hi_bound).astype(np.float32)
-            child_f0 = _clip_f0(best_f0 * float(np.exp(rng.standard_normal() * F0_STEP * sigma)))
+            child_f0 = float(np.clip(best_f0 * float(np.exp(rng.standard_normal() * F0_STEP * sigma)), f0_lo, f0_hi))
             child_formant = clip_formant(best_formant * float(np.exp(rng.standard_normal() * formant_step * sigma)))
             children.append((evaluate(apply_offset(base, child), child_f0, child_formant), child, child_f0,
                               child_formant))
@@ -164,12 +186,16 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = 24,
         if value > best:
             best, best_offset, best_f0, best_formant = value, child, child_f0, child_formant
             sigma = min(sigma * 1.3, 1.5)
+            stalled = 0
         else:
             sigma = max(sigma * 0.7, 0.05)
+            stalled += 1
         history.append(best)
+    if progress and calls < total:  # stopped early: the bar still ends full
+        progress(total, total)
 
     return ImitationResult(base_voice=base_name, timbre_offset=best_offset, f0_scale=best_f0, similarity=best,
-                           base_similarity=max(base_scores.values()), voice_scores=base_scores,
+                           base_similarity=max(voice_scores.values()), voice_scores=voice_scores,
                            evaluations=calls, history=history, formant_scale=best_formant)
 
 

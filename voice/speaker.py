@@ -33,9 +33,8 @@ FORMAT_VERSION = 1
 # cross-speaker pairs, so its minimum falls well below 0.6, while a single speaker stays above it.
 DISAGREE_THRESHOLD = 0.6
 MIN_SPEECH_SECONDS = 3.0
-# pYIN is the costly part of a profile; 20 s of speech at 8 kHz gives a stable median/IQR in ~1 s.
+# pYIN is the costly part of a profile; 20 s of speech gives a stable median/IQR (pitch.py).
 PITCH_MAX_SECONDS = 20.0
-PITCH_SR = 8000
 
 _EXTRA_PREFIX = "extras/"
 _STR_KEYS = ("content_hash", "reference_text", "name", "encoder")
@@ -198,8 +197,8 @@ def _read_prepared(prepared: Any) -> tuple[np.ndarray, int, list[tuple[int, int]
 
 
 def _pitch_stats(segments16k: list[np.ndarray]) -> tuple[float, float]:
-    """Median and IQR of F0 over voiced frames (pYIN at 8 kHz on at most 20 s of speech)."""
-    import librosa
+    """Median and IQR of F0 over voiced frames (pitch.py's pYIN on at most 20 s of speech)."""
+    from .pitch import voiced_f0
 
     budget = int(PITCH_MAX_SECONDS * 16000)
     picked, total = [], 0
@@ -208,14 +207,7 @@ def _pitch_stats(segments16k: list[np.ndarray]) -> tuple[float, float]:
             break
         picked.append(seg[: budget - total])
         total += len(picked[-1])
-    f0_all = []
-    for seg in picked:
-        low = librosa.resample(seg, orig_sr=16000, target_sr=PITCH_SR)
-        if len(low) < 1024:
-            continue
-        f0, voiced, _ = librosa.pyin(low, fmin=60.0, fmax=500.0, sr=PITCH_SR, frame_length=512,
-                                     hop_length=160)
-        f0_all.append(f0[voiced & np.isfinite(f0)])
+    f0_all = [voiced_f0(seg, 16000) for seg in picked]
     f0 = np.concatenate(f0_all) if f0_all else np.zeros(0)
     if f0.size < 10:
         return float("nan"), float("nan")

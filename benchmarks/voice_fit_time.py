@@ -1,0 +1,98 @@
+"""First-use voice fit time: what a user waits the first time a clip is used (issue 18: <= 60 s).
+
+Run from the repo root (the pack must be importable as `digital_human`):
+
+    python benchmarks/voice_fit_time.py [--clips spk_en_male_04_bilingual spk_en_female_02:25] [--repeats 3]
+
+Per clip (NAME or NAME:SECONDS to use only the first SECONDS of it) and repeat, with the voice cache
+bypassed (nothing read from or written to it, as on a first use): prepare the clip, build the
+speaker profile (GE2E + pitch) and fit the voice with the default settings. The bundled voices'
+probe pitch is cached by `digital-human setup` (voice/clone.py); the first repeat of a run where
+that cache is missing also measures it, which the report shows. Reports the median of the repeats,
+the load average (the CPU is shared) and the number of syntheses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "audio"
+DEFAULT_CLIPS = ["spk_en_male_04_bilingual", "spk_en_female_02:25"]
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def clip_path(data: Path, name: str) -> Path:
+    found = sorted(p for p in data.iterdir() if p.stem == name)
+    if not found:
+        raise SystemExit(f"clip '{name}' not found in {data}")
+    return found[0]
+
+
+def fit_once(path: Path, seconds: float | None) -> dict:
+    from digital_human.audio import decode_audio, prepare_reference
+    from digital_human.voice.clone import fit_voice, uncached_pitch_count, PROBES
+    from digital_human.voice.speaker import extract_speaker_profile
+    from digital_human.voice.tts import bundled_voices
+
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    wave, rate = decode_audio(path, max_seconds=seconds)
+    prepared = prepare_reference(wave, rate, source=path.name)
+    t_prepare = time.perf_counter() - start
+    profile = extract_speaker_profile(prepared, cache=False)
+    t_profile = time.perf_counter() - start - t_prepare
+    pitch_uncached = uncached_pitch_count(bundled_voices(), PROBES["en"], "auto", "auto")
+    steps = []
+    fitted, result = fit_voice(profile, reference=prepared, progress=lambda d, t: steps.append((d, t)))
+    total = time.perf_counter() - start
+    return {"seconds": total, "prepare_s": t_prepare, "profile_s": t_profile, "fit_s": total - t_prepare - t_profile,
+            "speech_s": prepared.speech_seconds, "syntheses": result.evaluations,
+            "probe_pitch_uncached_voices": pitch_uncached, "progress_calls": len(steps),
+            "base_voice": result.base_voice, "load_before": load_before, "load_after": os.getloadavg()[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--clips", nargs="+", default=DEFAULT_CLIPS, help="NAME or NAME:SECONDS")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    from digital_human.voice.tts import synthesize_speech
+
+    synthesize_speech("Warm up.")  # model load is not part of a fit (the node loads it once per process)
+    rows = []
+    for spec in args.clips:
+        name, _, secs = spec.partition(":")
+        path = clip_path(args.data, name)
+        runs = []
+        for i in range(args.repeats):
+            run = fit_once(path, float(secs) if secs else None)
+            log(f"{spec} run {i + 1}: {run['seconds']:.1f} s ({run['syntheses']} syntheses, load "
+                f"{run['load_before']:.1f} -> {run['load_after']:.1f})")
+            runs.append(run)
+        rows.append({"clip": spec, "runs": runs, "median_s": statistics.median(r["seconds"] for r in runs)})
+    print(f"nproc {os.cpu_count()}, load average at the end {os.getloadavg()}\n")
+    print("| clip | speech s | base voice | syntheses | fit s per run (load 1-min avg before) | median s |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        r0 = row["runs"][0]
+        runs = ", ".join(f"{r['seconds']:.0f} ({r['load_before']:.1f})" for r in row["runs"])
+        print(f"| {row['clip']} | {r0['speech_s']:.1f} | {r0['base_voice']} | {r0['syntheses']} | {runs} | "
+              f"{row['median_s']:.0f} |")
+    if args.json:
+        args.json.write_text(json.dumps({"nproc": os.cpu_count(), "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
