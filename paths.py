@@ -46,10 +46,15 @@ def cache_dir(*parts: str) -> Path:
     return model_dir("cache", *parts)
 
 
-def resolve_inside(name: str | os.PathLike[str], *allowed_roots: Path, what: str = "file") -> Path:
+INPUT_HINT = "Put the file into ComfyUI's input folder (or upload it) and pass its name only."
+
+
+def resolve_inside(name: str | os.PathLike[str], *allowed_roots: Path, what: str = "file",
+                   hint: str = INPUT_HINT) -> Path:
     """Resolve `name` and refuse anything that leaves `allowed_roots` (../, absolute paths, symlinks out).
 
-    Names coming from a prompt must never reach other files on the server.
+    Names coming from a prompt must never reach other files on the server. The message names the
+    input and the fix, not the server's folders (it is shown to whoever sent the prompt).
     """
     if not allowed_roots:
         raise ValueError("resolve_inside needs at least one allowed root")
@@ -59,8 +64,4 @@ def resolve_inside(name: str | os.PathLike[str], *allowed_roots: Path, what: str
         candidate = (root_real / raw).resolve() if not raw.is_absolute() else raw.resolve()
         if candidate == root_real or root_real in candidate.parents:
             return candidate
-    roots = ", ".join(str(r) for r in allowed_roots)
-    raise ValueError(
-        f"{what} '{name}' is outside the allowed folders ({roots}). "
-        "Put the file into ComfyUI's input folder (or upload it) and pass its name only."
-    )
+    raise ValueError(f"{what} '{name}' is outside the allowed folders. {hint}")

