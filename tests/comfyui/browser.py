@@ -100,7 +100,8 @@ def graph_to_prompt(page: Any) -> dict[str, Any]:
 
 
 def graph_problems(page: Any) -> list[str]:
-    """Missing node types and nodes whose widgets did not take the saved values."""
+    """Missing node types, nodes whose widgets did not take the saved values, and list widgets (file names
+    included) whose value is not one the server offers: what a user would see as a missing file."""
     return page.evaluate("""() => {
       const out = [];
       for (const node of window.app.graph.nodes) {
@@ -109,6 +110,9 @@ def graph_problems(page: Any) -> list[str]:
         for (const w of node.widgets ?? []) {
           if (w.value === undefined && w.serialize !== false && w.type !== 'button')
             out.push(`node ${node.id} widget ${w.name} is undefined`);
+          const values = w.type === 'combo' ? w.options?.values : null;
+          if (Array.isArray(values) && !values.includes(w.value))
+            out.push(`node ${node.id} (${node.type}) ${w.name} '${w.value}' is not in its list`);
         }
       }
       return out;
