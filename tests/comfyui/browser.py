@@ -54,9 +54,9 @@ def open_frontend(client: ComfyClient, width: int = 1400, height: int = 900) -> 
             page.dh_console = []  # type: ignore[attr-defined]
             page.on("console", lambda m: page.dh_console.append((m.type, m.text)))
             page.on("pageerror", lambda e: page.dh_console.append(("pageerror", f"{e}\n{getattr(e, 'stack', '')}")))
-            page.goto(client.url + "/", wait_until="domcontentloaded", timeout=60_000)
+            page.goto(client.url + "/", wait_until="domcontentloaded", timeout=180_000)  # bounds: a busy CPU is slow
             page.wait_for_function("() => window.app && window.app.graph && window.LiteGraph && "
-                                   "window.LiteGraph.registered_node_types['TRT_TTS']", timeout=90_000)
+                                   "window.LiteGraph.registered_node_types['TRT_TTS']", timeout=240_000)
             page.wait_for_timeout(1000)  # extensions finish their setup hooks
             page.keyboard.press("Escape")  # close anything that popped up anyway
             yield page
