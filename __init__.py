@@ -11,5 +11,8 @@ WEB_DIRECTORY = "./js"
 # the directory as a package; only register nodes when imported as a real package.
 if __package__:
     from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+    from .samples import install_into_comfy_input
+
+    install_into_comfy_input()  # the templates' sample inputs (made by `setup`), never over a user's file
 
     __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY"]

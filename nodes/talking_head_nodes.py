@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .comfy_glue import Progress, interrupted
+from .comfy_glue import Progress, check_output_prefix, check_plain_name, interrupted, require_fps
 from .image_convert import uint8_to_image
 
 log = logging.getLogger("digital_human")
@@ -76,6 +76,7 @@ class TRT_TalkingHead:
         from ..engines.talking_head.driver import paste_generated, phase_progress
         from ..engines.talking_head.generate import generate_crops
 
+        fps = require_fps(fps, "TRT_TalkingHead")
         wave, rate = from_comfy_audio(audio)
         progress: Progress | None = None
 
@@ -140,7 +141,11 @@ class TalkingHeadVideo:
     FUNCTION = "render"
     OUTPUT_NODE = True
     CATEGORY = CATEGORY
-    VALIDATE_INPUTS = TRT_TalkingHead.VALIDATE_INPUTS
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, model: str = "portrait", filename_prefix: str = "digital_human/clone") -> bool | str:
+        checked = TRT_TalkingHead.VALIDATE_INPUTS(model)
+        return checked if checked is not True else check_output_prefix(filename_prefix)
 
     def render(self, faces: Any, audio: dict, model: str = "portrait", fps: float = 25.0,
                loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
@@ -152,6 +157,7 @@ class TalkingHeadVideo:
         from ..engines.talking_head.render_video import render_talking_video
         from .video_nodes import _video_value, next_output_path
 
+        fps = require_fps(fps, "TalkingHeadVideo")
         wave, rate = from_comfy_audio(audio)
         progress = Progress(100, "TalkingHeadVideo")
 
@@ -204,6 +210,21 @@ class TrainAvatar:
     FUNCTION = "train"
     OUTPUT_NODE = True
     CATEGORY = CATEGORY
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, name: str = "my_avatar") -> bool | str:
+        from ..engines.talking_head.avatar_store import sanitize_name
+
+        if not str(name or "").strip():
+            return "name is empty: give the avatar a name such as 'my_avatar' (TalkingHead lists it as clone:<name>)."
+        plain = check_plain_name(name, "name", "my_avatar", "ComfyUI's models folder under digital_human/avatars/")
+        if plain is not True:
+            return plain
+        try:
+            sanitize_name(name)
+        except ValueError as exc:
+            return f"name: {exc}"
+        return True
 
     def train(self, faces: Any, audio: dict, name: str = "my_avatar", steps: int | None = None,
               time_budget_minutes: float = 10.0, device: str = "auto", resume: bool = True, seed: int = 0):

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .comfy_glue import Progress, in_comfyui, interrupted, list_input_files, output_directory, resolve_input_file
+from .comfy_glue import (Progress, check_output_prefix, in_comfyui, interrupted, list_input_files, output_directory,
+                         require_fps, resolve_input_file)
 from .image_convert import image_to_uint8, uint8_to_image
 
 log = logging.getLogger("digital_human")
@@ -127,6 +128,7 @@ class FaceAlign:
         from ..engines.face.detect import default_runners
         from ..vision.align import align_faces, draw_preview
 
+        fps = require_fps(fps, "FaceAlign")  # first video node to run: a linked fps of 0 fails here, cheaply
         face_detector = None  # MediaPipe's, inside align_faces
         if detector.startswith("insightface:"):
             from ..engines.face.insightface_models import insightface_detector
@@ -285,6 +287,10 @@ class VideoMux:
     OUTPUT_NODE = True
     CATEGORY = CATEGORY
 
+    @classmethod
+    def VALIDATE_INPUTS(cls, filename_prefix: str = "digital_human/clone") -> bool | str:
+        return check_output_prefix(filename_prefix)
+
     def mux(self, images: Any, audio: dict, fps: float = 25.0, format: str = "mp4", crf: int = 18,
             length_mode: str = "pad_audio", filename_prefix: str = "digital_human/clone"):
         from ..audio import from_comfy_audio
@@ -335,13 +341,35 @@ def _video_value(path: Path) -> Any:
     return VideoFromFile(str(path))
 
 
+class FrameRate:
+    """One clock for a workflow: the fps that FaceAlign, the talking head, smoothing and the mux all read."""
+
+    DESCRIPTION = ("The frame rate of the output video, in one place: wire its fps into every video node. "
+                   "Checked when the prompt is queued (1-120), so a 0 fails before any work.")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"fps": ("FLOAT", {"default": 25.0, "min": 1.0, "max": 120.0, "step": 0.01,
+                                               "tooltip": "Frames per second of the output video."})}}
+
+    RETURN_TYPES = ("FLOAT",)
+    RETURN_NAMES = ("fps",)
+    FUNCTION = "value"
+    CATEGORY = CATEGORY
+
+    def value(self, fps: float = 25.0):
+        return (require_fps(fps, "Frame Rate"),)
+
+
 NODE_CLASS_MAPPINGS = {
+    "DH_FrameRate": FrameRate,
     "DH_LoadReferenceVideo": LoadReferenceVideo,
     "FaceAlign": FaceAlign,
     "TemporalSmooth": TemporalSmooth,
     "VideoMux": VideoMux,
 }
 NODE_DISPLAY_NAME_MAPPINGS = {
+    "DH_FrameRate": "Frame Rate (fps, Digital Human)",
     "DH_LoadReferenceVideo": "Load Reference Video (Digital Human)",
     "FaceAlign": "Face Align (Digital Human)",
     "TemporalSmooth": "Temporal Smooth (Digital Human)",

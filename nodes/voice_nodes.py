@@ -16,7 +16,7 @@ import numpy as np
 from ..atomic_file import atomic_path
 from ..assets.pypi_fetch import sha256_file
 from ..voice.imitation import DEFAULT_BUDGET
-from .comfy_glue import Progress, list_input_files, resolve_input_file, temp_directory
+from .comfy_glue import Progress, check_plain_name, list_input_files, resolve_input_file, temp_directory
 
 log = logging.getLogger("digital_human")
 
@@ -121,6 +121,11 @@ class ExtractSpeakerEmbedding:
     FUNCTION = "extract_node"
     CATEGORY = CATEGORY
 
+    @classmethod
+    def VALIDATE_INPUTS(cls, save_name: str = "") -> bool | str:
+        return check_plain_name(save_name, "save_name", "my_voice",
+                                "ComfyUI's models folder under digital_human/speakers/ (for Load Speaker)")
+
     def extract_node(self, reference: dict, imitate: bool = True, search_budget: int = DEFAULT_BUDGET, seed: int = 0,
                      backend: str = "auto", reference_text: str = "", save_name: str = ""):
         speaker, report = self.extract(reference, backend=backend, reference_text=reference_text,
@@ -171,7 +176,8 @@ class ExtractSpeakerEmbedding:
             # nearest bundled voice, so hand out a profile without the fit.
             speaker = without_fitted_voice(speaker)
         if save_name:
-            target = resolve_inside(f"{save_name}.npz", model_dir(SPEAKER_DIR), what="save_name")
+            target = resolve_inside(f"{save_name}.npz", model_dir(SPEAKER_DIR), what="save_name",
+                                    hint="Use a plain name such as my_voice.")
             speaker.save_npz(target)
             lines.append(f"saved {target.name}")
         lines.append(f"encoder: {encoder_backend}")

@@ -4,8 +4,11 @@ For each API workflow: start ComfyUI with this pack (loopback, scratch base dir)
 inputs, open the frontend in headless Chromium, build the graph with the frontend's own
 `app.loadApiJson`, set seed controls to "fixed", export `app.graph.serialize()` (version 0.4, the
 frontend's own positional widgets_values), then reload that export with `app.loadGraphData` and
-check it: no missing nodes or dialogs, and `app.graphToPrompt()` gives back the API workflow. The
-export goes to example_workflows/<name>.json, a canvas screenshot to example_workflows/<name>.jpg.
+check it: no missing nodes or dialogs, and `app.graphToPrompt()` gives back the API workflow. Before the
+export it lays the nodes out in titled groups (voice, face, talking head, video) and adds a Markdown note
+saying what to upload and what each model needs. The export goes to example_workflows/<card title>.json
+(ComfyUI 0.3.64's template browser shows the file name as the card's title and description; see
+harness.TEMPLATE_TITLES). Thumbnails are frames of the result: tools/make_thumbnails.py.
 
 Layout: ComfyUI (app/custom_node_manager.py) lists `<pack>/{example_workflows,example,examples,workflow,
 workflows}/*.json` as templates, so a UI file in both workflows/ and example_workflows/ shows up twice in
@@ -21,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -31,9 +33,102 @@ sys.path.insert(0, str(ROOT / "tests" / "comfyui"))
 
 from browser import (comparable, dialogs_text, dump, fit_view, fix_seed_controls, graph_problems,  # noqa: E402
                      graph_to_prompt, load_api, load_ui, open_frontend, serialize)
-from harness import WORKFLOWS, ComfyClient, ComfyServer, prepare_base_dir, upload_workflow_inputs  # noqa: E402
+from harness import (ARTIFACTS, WORKFLOWS, ComfyClient, ComfyServer, load_api_workflow,  # noqa: E402
+                     prepare_base_dir, ui_template)
 
 UI_FOLDER = ROOT / "example_workflows"
+SETUP_LINE = ("**First time?** Run `python -m digital_human setup` once: it installs the models and puts the sample "
+              "inputs (`digital_human_sample_*`) into ComfyUI's input folder, so this template runs as shipped. "
+              "Then press **Run**, or upload your own files in the nodes named below.")
+VOICE_TEXT = ("**Voice** (Load Reference Audio): upload a clip of the person speaking - 3 s to 10 min of one "
+              "voice (wav, mp3, m4a, flac, ogg); 10-30 s of clear speech works best. The first run of a new clip "
+              "fits a voice (24 short syntheses: a few minutes on a CPU), later runs reuse it from the cache. "
+              "Type the text in **TTS in Cloned Voice** (English or Mandarin).")
+PHOTO_TEXT = ("**Face** (Load Image): upload a frontal photo with one clear face (png, jpg). The **Frame Rate** "
+              "node is the one clock every video node reads.")
+MODELS_TEXT = ("**Models** (all installed by setup, nothing is downloaded at run time): speaker encoder GE2E and "
+               "TTS Kokoro-82M (both Apache-2.0); face detector and 468-point mesh from MediaPipe (Apache-2.0). "
+               "Talking head `portrait` needs no weights; `clone:<name>` is trained by **Train Avatar** on at least "
+               "20 s of talking footage of the person.")
+SAMPLES_TEXT = ("Sample inputs: NASA's portrait of astronaut Eileen Collins (public domain), a voice the pack "
+                "speaks with its bundled Kokoro voice, and a video the pack animated from the two.")
+# Per API workflow: the note and the groups, as columns of groups (each group lays its nodes left to right).
+LAYOUTS = {
+    "voice_only": {
+        "note": ["## Voice clone", "Text to speech in the voice of a short clip.", SETUP_LINE, VOICE_TEXT,
+                 "The speech is saved by **Save speech** (FLAC in ComfyUI's output folder) and plays in the node.",
+                 MODELS_TEXT, SAMPLES_TEXT],
+        "columns": [[("Voice: reference clip -> cloned voice -> speech", ["1", "2", "3"], "#2a4858")],
+                    [("Output", ["4"], "#3f5a3a")]],
+    },
+    "clone_from_photo": {
+        "note": ["## Talking photo", "A photo and a voice clip become a lip-synced MP4 of the person saying your "
+                 "text in their voice.", SETUP_LINE, VOICE_TEXT, PHOTO_TEXT,
+                 "**Talking head** (`portrait`) moves the mouth from the speech; **Temporal Smooth** removes "
+                 "flicker; **Video Mux** writes the MP4 (H.264 + AAC) to the output folder and plays it.",
+                 MODELS_TEXT, SAMPLES_TEXT],
+        "columns": [[("Voice: reference clip -> cloned voice -> speech", ["1", "2", "3"], "#2a4858"),
+                     ("Face: photo -> aligned face", ["4", "5", "6"], "#5a4a2a")],
+                    [("Talking head: lips from the speech", ["7", "8"], "#4a2a58")],
+                    [("Video: MP4 with the speech", ["9"], "#3f5a3a")]],
+    },
+    "clone_from_photo_fast": {
+        "note": ["## Talking photo (fast)", "As *Talking photo*, with one **Talking Head to Video** node doing the "
+                 "talking head, smoothing and MP4 in one go (frames stay on the GPU: 1.6-2.6x faster there; the "
+                 "same frames to rounding). Use the other template to edit frames in between.", SETUP_LINE,
+                 VOICE_TEXT, PHOTO_TEXT, MODELS_TEXT, SAMPLES_TEXT],
+        "columns": [[("Voice: reference clip -> cloned voice -> speech", ["1", "2", "3"], "#2a4858"),
+                     ("Face: photo -> aligned face", ["4", "5", "6"], "#5a4a2a")],
+                    [("Talking head and video: lips from the speech -> MP4", ["7"], "#4a2a58")]],
+    },
+    "clone_from_video": {
+        "note": ["## Clone from video", "A talking video of one person (at least 20 s with the face visible and "
+                 "their own voice on the sound track) trains a clone model of that person, which then says your "
+                 "text in their voice.", SETUP_LINE,
+                 "**Video** (Load Reference Video): upload the talking video (mp4, mov, webm, mkv). Its sound is "
+                 "the reference voice and its frame rate is the one clock.",
+                 "**Train Avatar** trains the `clone` model (resumes from its checkpoint; on a CPU it stops at "
+                 "the time budget, 10 min by default). Once trained, pick `clone:<name>` in the talking head "
+                 "and remove Train Avatar to skip training.", MODELS_TEXT, SAMPLES_TEXT],
+        "columns": [[("Face: video -> aligned faces", ["1", "4"], "#5a4a2a"),
+                     ("Voice: the video's own sound -> cloned voice -> speech", ["2", "3"], "#2a4858")],
+                    [("Clone model: trained on the video", ["8"], "#584a2a"),
+                     ("Talking head: lips from the speech", ["5", "6"], "#4a2a58")],
+                    [("Video: MP4 with the speech", ["7"], "#3f5a3a")]],
+    },
+}
+LAYOUT_JS = """([spec]) => {
+  const LG = window.LiteGraph, g = window.app.graph;
+  const TITLE = LG.NODE_TITLE_HEIGHT, GAP = 40, PAD = 24, HEAD = 50;
+  const note = LG.createNode('MarkdownNote');
+  note.title = 'Read me';
+  g.add(note);
+  note.widgets[0].value = spec.note;
+  note.size = [460, 640];
+  note.pos = [0, TITLE];
+  let x = 500;
+  for (const column of spec.columns) {
+    let y = 0, width = 0;
+    for (const [title, ids, color] of column) {
+      let nx = x + PAD, tallest = 0;
+      for (const id of ids) {
+        const node = g.getNodeById(Number(id));
+        node.pos = [nx, y + HEAD + TITLE];
+        nx += node.size[0] + GAP;
+        tallest = Math.max(tallest, node.size[1]);
+      }
+      const group = new LG.LGraphGroup(title);
+      group.color = color;
+      g.add(group);
+      group.pos = [x, y];
+      group.size = [nx - GAP + PAD - x, HEAD + TITLE + tallest + PAD];
+      width = Math.max(width, group.size[0]);
+      y += group.size[1] + 60;
+    }
+    x += width + 60;
+  }
+  g.setDirtyCanvas(true, true);
+}"""
 FRONTEND_ONLY_INPUTS = {"audioUI", "video-preview"}  # core preview widgets (audio player, video_upload preview)
 # appear in graphToPrompt; the server ignores inputs a node does not declare
 
@@ -53,15 +148,18 @@ def prompt_mismatch(expected: dict, got: dict) -> list[str]:
     return problems
 
 
-def export(client: ComfyClient, api_path: Path, data_dir: Path, targets: list[Path]) -> None:
+def export(client: ComfyClient, api_path: Path, targets: list[Path]) -> None:
     name = api_path.stem
-    prompt = upload_workflow_inputs(client, api_path, data_dir)
-    with open_frontend(client, width=1200, height=700) as page:
+    prompt = load_api_workflow(api_path)  # as shipped: the sample inputs are in input/ after setup
+    layout = LAYOUTS.get(name)
+    with open_frontend(client, width=1600, height=900) as page:
         load_api(page, prompt, name)
-        # loadApiJson arranges the graph before image/video previews have loaded and grown their nodes
-        # (LoadImage would overlap the node below it): arrange again once they have.
-        page.wait_for_timeout(2000)
-        page.evaluate("() => { window.app.graph.arrange(); window.app.graph.setDirtyCanvas(true, true); }")
+        # Lay out once image/video previews have loaded and grown their nodes.
+        page.wait_for_timeout(2500)
+        if layout is not None:
+            page.evaluate(LAYOUT_JS, [{"note": "\n\n".join(layout["note"]), "columns": layout["columns"]}])
+        else:
+            page.evaluate("() => { window.app.graph.arrange(); window.app.graph.setDirtyCanvas(true, true); }")
         fix_seed_controls(page)
         graph = serialize(page)
         # Validate the export the way a user loads it.
@@ -73,19 +171,22 @@ def export(client: ComfyClient, api_path: Path, data_dir: Path, targets: list[Pa
         if issues:
             raise SystemExit(f"{name}: exported graph does not round-trip:\n  " + "\n  ".join(issues))
         fit_view(page)
-        shot = Path(tempfile.mkdtemp()) / f"{name}.jpg"
-        box = page.locator("canvas#graph-canvas").bounding_box()
-        top = 40  # below the workflow tabs
-        page.screenshot(path=str(shot), type="jpeg", quality=75,
-                        clip={"x": box["x"], "y": box["y"] + top, "width": box["width"], "height": box["height"] - top - 70})  # above the canvas toolbar
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{name}_graph.png"))  # to look at the layout; not shipped
+    title = ui_template(name).stem
     for folder in targets:
         folder.mkdir(parents=True, exist_ok=True)
-        dump(folder / f"{name}.json", graph)
-        shutil.copyfile(shot, folder / f"{name}.jpg")
+        dump(folder / f"{title}.json", graph)
+        old_thumb = folder / f"{name}.jpg"
+        if title != name and old_thumb.exists() and not (folder / f"{title}.jpg").exists():
+            old_thumb.replace(folder / f"{title}.jpg")  # until make_thumbnails.py renders a new one
+        for stale in (folder / f"{name}.json", folder / f"{name}.jpg"):
+            if title != name:
+                stale.unlink(missing_ok=True)  # renamed to the card title
     for stale in (WORKFLOWS / f"{name}.json", WORKFLOWS / f"{name}.jpg"):
         stale.unlink(missing_ok=True)  # a second copy would be listed twice as a template
-    print(f"{name}: {len(graph['nodes'])} nodes, {len(graph['links'])} links -> "
-          + ", ".join(str(t.relative_to(ROOT)) for t in targets))
+    print(f"{name}: {len(graph['nodes'])} nodes, {len(graph['links'])} links, {len(graph.get('groups', []))} groups"
+          f" -> {title}.json in " + ", ".join(str(t.relative_to(ROOT)) for t in targets))
 
 
 def main() -> None:
@@ -93,7 +194,6 @@ def main() -> None:
     parser.add_argument("--comfyui-dir", default=os.environ.get("COMFYUI_DIR"), help="ComfyUI checkout")
     parser.add_argument("--python", default=os.environ.get("COMFYUI_PYTHON", sys.executable))
     parser.add_argument("--models", default=os.environ.get("DIGITAL_HUMAN_MODELS"), help="pack models root")
-    parser.add_argument("--data", default=os.environ.get("DIGITAL_HUMAN_DATA", str(ROOT.parent / "shared" / "data")))
     parser.add_argument("--only", nargs="*", help="workflow names (default: every workflows/api/*.json)")
     args = parser.parse_args()
     if not args.comfyui_dir:
@@ -115,7 +215,7 @@ def main() -> None:
                 if missing:
                     print(f"{api_path.stem}: skipped, nodes not registered: {missing}")
                     continue
-                export(client, api_path, Path(args.data), [UI_FOLDER])
+                export(client, api_path, [UI_FOLDER])
         finally:
             server.stop()
 

@@ -54,9 +54,9 @@ def open_frontend(client: ComfyClient, width: int = 1400, height: int = 900) -> 
             page.dh_console = []  # type: ignore[attr-defined]
             page.on("console", lambda m: page.dh_console.append((m.type, m.text)))
             page.on("pageerror", lambda e: page.dh_console.append(("pageerror", f"{e}\n{getattr(e, 'stack', '')}")))
-            page.goto(client.url + "/", wait_until="domcontentloaded", timeout=60_000)
+            page.goto(client.url + "/", wait_until="domcontentloaded", timeout=180_000)  # bounds: a busy CPU is slow
             page.wait_for_function("() => window.app && window.app.graph && window.LiteGraph && "
-                                   "window.LiteGraph.registered_node_types['TRT_TTS']", timeout=90_000)
+                                   "window.LiteGraph.registered_node_types['TRT_TTS']", timeout=240_000)
             page.wait_for_timeout(1000)  # extensions finish their setup hooks
             page.keyboard.press("Escape")  # close anything that popped up anyway
             yield page
@@ -100,7 +100,8 @@ def graph_to_prompt(page: Any) -> dict[str, Any]:
 
 
 def graph_problems(page: Any) -> list[str]:
-    """Missing node types and nodes whose widgets did not take the saved values."""
+    """Missing node types, nodes whose widgets did not take the saved values, and list widgets (file names
+    included) whose value is not one the server offers: what a user would see as a missing file."""
     return page.evaluate("""() => {
       const out = [];
       for (const node of window.app.graph.nodes) {
@@ -109,6 +110,9 @@ def graph_problems(page: Any) -> list[str]:
         for (const w of node.widgets ?? []) {
           if (w.value === undefined && w.serialize !== false && w.type !== 'button')
             out.push(`node ${node.id} widget ${w.name} is undefined`);
+          const values = w.type === 'combo' ? w.options?.values : null;
+          if (Array.isArray(values) && !values.includes(w.value))
+            out.push(`node ${node.id} (${node.type}) ${w.name} '${w.value}' is not in its list`);
         }
       }
       return out;

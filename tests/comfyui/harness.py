@@ -30,22 +30,28 @@ WORKFLOWS = PACK_ROOT / "workflows"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"  # git-ignored: logs, outputs, screenshots
 PACK_NAME = "digital_human"
 LOOPBACK = "127.0.0.1"
-# Caller-set file inputs of the bundled API workflows: input name -> sample file under the data dir
-# (../shared/data) that tests and the exporter upload for it. A new workflow only needs its file
-# inputs to use one of these names (core LoadImage: image, core LoadVideo: file).
-INPUT_FILES = {
-    "audio_file": "audio/spk_en_male_01.wav",
-    "image": "image/face_01_female.jpg",
-    "file": "video/talk_en_male_01a.mp4",
-    "video_file": "video/talk_en_male_01a.mp4",
+UI_TEMPLATES = PACK_ROOT / "example_workflows"
+# The template browser of ComfyUI 0.3.64 (frontend 1.27) shows a custom node's template by its file name:
+# the card title is the file stem and the description the stem with '-'/'_' as spaces (there is no
+# metadata file for custom-node templates). So each UI export is named by its card title; the API file
+# keeps the short name. API stem -> UI file stem.
+TEMPLATE_TITLES = {
+    "voice_only": "Voice clone - text to speech in the voice of a clip",
+    "clone_from_photo": "Talking photo - a photo and a voice clip to a lip-synced video",
+    "clone_from_photo_fast": "Talking photo fast - one node from the face to the MP4",
+    "clone_from_video": "Clone from video - train a clone of a talking person",
 }
-# Per-workflow overrides of INPUT_FILES (by workflow file stem): the photo workflow speaks with a voice
-# that matches the photo. The video workflow needs >= 20 s of footage (TrainAvatar's MIN_SECONDS), so it
-# keeps the 25 s talk_en_male_01a.mp4 and clones the voice from that video's own sound.
-WORKFLOW_INPUT_FILES = {
-    "clone_from_photo": {"audio_file": "audio/spk_en_03.wav"},
-    "clone_from_photo_fast": {"audio_file": "audio/spk_en_03.wav"},
-}
+
+
+def ui_template(api_name: str) -> Path:
+    """example_workflows/<card title>.json for workflows/api/<api_name>.json."""
+    return UI_TEMPLATES / f"{TEMPLATE_TITLES.get(api_name, api_name)}.json"
+
+
+def api_workflow(ui_path: Path) -> Path:
+    """workflows/api/<name>.json for a UI template file (inverse of ui_template)."""
+    by_title = {title: name for name, title in TEMPLATE_TITLES.items()}
+    return WORKFLOWS / "api" / f"{by_title.get(ui_path.stem, ui_path.stem)}.json"
 
 
 class ComfyError(RuntimeError):
@@ -101,7 +107,7 @@ class ComfyServer:
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
-    def start(self, timeout: float = 240.0) -> "ComfyServer":
+    def start(self, timeout: float = 600.0) -> "ComfyServer":  # a bound: start-up took > 4 min on the busy CPU
         main = Path(self.comfy_dir) / "main.py"
         if not main.is_file():
             raise FileNotFoundError(f"COMFYUI_DIR={self.comfy_dir} has no main.py; point it at a ComfyUI checkout")
@@ -304,7 +310,7 @@ class EventLog:
 
 
 def load_api_workflow(path: Path, inputs: dict[str, str] | None = None) -> dict[str, Any]:
-    """An API-format workflow with its caller-set file inputs replaced.
+    """An API-format workflow, as shipped or with some file inputs replaced.
 
     `inputs` maps an input name (e.g. "audio_file", "image", "video") to the uploaded file name; each
     must match at least one node, so a renamed widget is caught rather than silently ignored.
@@ -320,15 +326,6 @@ def load_api_workflow(path: Path, inputs: dict[str, str] | None = None) -> dict[
         for node in hits:
             node["inputs"][name] = value
     return prompt
-
-
-def upload_workflow_inputs(client: "ComfyClient", path: Path, data_dir: Path) -> dict[str, Any]:
-    """Upload the sample file for every caller-set input of an API workflow; return the ready prompt."""
-    raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    files = {**INPUT_FILES, **WORKFLOW_INPUT_FILES.get(Path(path).stem, {})}
-    used = {name for node in raw.values() if isinstance(node, dict)
-            for name, value in node.get("inputs", {}).items() if name in files and isinstance(value, str)}
-    return load_api_workflow(path, {name: client.upload(Path(data_dir) / files[name]) for name in used})
 
 
 def node_errors_text(entry: dict[str, Any]) -> str:
