@@ -110,6 +110,18 @@ def run_reference(work: Path, checkout: Path, n_frames: int) -> None:
             face = cv2.resize(res.astype(np.uint8), (x2 - x1, y2 - y1))
             blended.append(get_image(frame.copy(), face, [x1, y1, x2, y2], mode="jaw", fp=parsing))
         out["blended_bgr"] = np.stack(blended)
+
+        # a small synthetic blending case for the CI fixture (the real frame is too big to commit)
+        rng = np.random.default_rng(SEED)
+        small = rng.integers(0, 256, (120, 160, 3), dtype=np.uint8)
+        sbox = [40, 20, 100, 96]  # a box whose blending square leaves the image (clipping is exercised)
+        sface = rng.integers(0, 256, (sbox[3] - sbox[1], sbox[2] - sbox[0], 3), dtype=np.uint8)
+        side = 2 * int(max(sbox[2] - sbox[0], sbox[3] - sbox[1]) // 2 * 1.5)
+        smask = (rng.random((side, side)) > 0.3).astype(np.uint8) * 255
+        out["blend_case_image"], out["blend_case_face"], out["blend_case_mask"] = small, sface, smask
+        out["blend_case_box"] = np.array(sbox)
+        out["blend_case_out"] = get_image(small.copy(), sface, sbox, mode="jaw",
+                                          fp=lambda image, mode="raw": Image.fromarray(smask))
     np.savez_compressed(work / "reference.npz", **out)
     print(f"reference: {n} frames, chunks {tuple(chunks.shape)}, latents {tuple(latents.shape)}")
 
@@ -205,19 +217,24 @@ def compare(ref: dict, ours: dict) -> dict:
     return rep
 
 
+FIXTURE_CHUNK_FRAMES = (0, 12, 24, 36, -1)  # whisper windows kept (all of them would be 1.5 MB)
+
+
 def write_fixture(path: Path, work: Path, ref: dict, frames: int) -> None:
-    """The CI fixture: inputs, a few reference outputs; the weights are re-made from the seed."""
-    inp = np.load(work / "inputs.npz")
+    """The CI fixture: inputs and reference outputs of the reduced configuration; the weights are
+    re-made from the seed by random_release.write_release (so they are not committed)."""
     import soundfile as sf
 
     wave, rate = sf.read(str(work / "audio.wav"), dtype="float32")
     path.parent.mkdir(parents=True, exist_ok=True)
-    x1, y1, x2, y2 = (int(v) for v in inp["box"])
+    keep = [i % len(ref["whisper_chunks"]) for i in FIXTURE_CHUNK_FRAMES]
     np.savez_compressed(
         path, seed=np.array(SEED), fps=np.array(FPS), wave=wave, rate=np.array(rate), crop_bgr=ref["crop_bgr"],
-        whisper_chunks=ref["whisper_chunks"].astype(np.float32), latents=ref["latents"],
-        pred_latents=ref["pred_latents"][:frames], decoded=ref["decoded"][:frames],
-        recon_bgr=ref["recon_bgr"][:frames])
+        n_chunks=np.array(len(ref["whisper_chunks"])), chunk_frames=np.array(keep),
+        whisper_chunks=ref["whisper_chunks"][keep].astype(np.float32), latents=ref["latents"],
+        pred_latents=ref["pred_latents"][:frames], decoded0_center=ref["decoded"][0, :, 64:192, 64:192],
+        recon_bgr=ref["recon_bgr"][:frames],
+        **{k: ref[k] for k in ref if k.startswith("blend_case_")})
     print(f"fixture {path}: {path.stat().st_size / 1e6:.2f} MB")
 
 

@@ -13,7 +13,7 @@ reproducible, and each reference frame's latents are computed once and cached.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -72,11 +72,13 @@ class MuseTalkPipeline:
                 lat.append(self.scaling * sample)
             return torch.cat(lat, dim=1)
 
-    def reference_latents(self, key: Any, crop: np.ndarray) -> Any:
-        """encode_references of one crop, cached under `key` (e.g. the reference frame's index)."""
+    def reference_latents(self, key: Any, crop: np.ndarray | Callable[[], np.ndarray]) -> Any:
+        """encode_references of one crop [256, 256, 3] (or a function making it, called only on a cache
+        miss), cached under `key` (e.g. the reference frame's index)."""
         hit = self._latents.get(key)
         if hit is None:
-            hit = self._latents[key] = self.encode_references(crop[None])
+            image = crop() if callable(crop) else crop
+            hit = self._latents[key] = self.encode_references(np.asarray(image)[None])
             while len(self._latents) > self._cache_size:
                 self._latents.popitem(last=False)
         self._latents.move_to_end(key)

@@ -26,4 +26,10 @@ def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loo
         return portrait_crops(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
                               max_audio_seconds=max_audio_seconds, batch_size=batch_size, progress=progress,
                               should_stop=should_stop)
-    raise ValueError(f"model must be 'portrait' or 'clone:<avatar name>', got '{model}'")
+    if model == "musetalk":  # local addition; moves into the talking-head registry at merge
+        from ..musetalk.talking_head import musetalk_crops
+
+        return musetalk_crops(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, backend=backend,
+                              precision=precision, max_audio_seconds=max_audio_seconds, progress=progress,
+                              should_stop=should_stop)
+    raise ValueError(f"model must be 'portrait', 'musetalk' or 'clone:<avatar name>', got '{model}'")
