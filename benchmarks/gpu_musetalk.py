@@ -92,20 +92,24 @@ def main() -> None:
     base = None
     for item in args.settings.split(","):
         name, batch = item.split(":")
-        if base is None or base[0] != name:
-            base = (name, MuseTalkPipeline(build(size, device, dtypes[name])))
-            if device == "cuda":
-                torch.cuda.empty_cache()
-        r = measure(base[1], int(batch), args.seconds, audio_len)
-        samples[name] = r.pop("sample")
+        try:
+            if base is None or base[0] != name:
+                base = None
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+                base = (name, MuseTalkPipeline(build(size, device, dtypes[name])))
+            r = measure(base[1], int(batch), args.seconds, audio_len)
+        except Exception as exc:  # one failing setting must not lose the others' numbers
+            r = {"batch": int(batch), "error": f"{type(exc).__name__}: {exc}"[:300]}
+        samples[name] = r.pop("sample", None)
         r["precision"] = name
         rows.append(r)
         print(json.dumps(r), flush=True)
-    eager = next((r for r in rows if r["precision"] == "fp32"), None)
+    eager = next((r for r in rows if r["precision"] == "fp32" and "fps" in r), None)
     for r in rows:
-        r["x_vs_fp32"] = round(r["fps"] / eager["fps"], 2) if eager else None
+        r["x_vs_fp32"] = round(r["fps"] / eager["fps"], 2) if eager and "fps" in r else None
     diffs = {f"{k}_vs_fp32_uint8_max_diff": int(np.abs(v.astype(int) - samples["fp32"].astype(int)).max())
-             for k, v in samples.items() if k != "fp32" and "fp32" in samples}
+             for k, v in samples.items() if k != "fp32" and v is not None and samples.get("fp32") is not None}
     report = {**diffs, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__,
               "size": size, "crop": 256, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
