@@ -222,6 +222,7 @@ def photo_track(data_dir, face_runners):
 
 def test_musetalk_crops_contract(photo_track, release, data_dir):
     from digital_human.audio.decode import decode_audio
+    from digital_human.engines.musetalk.geometry import musetalk_box
     from digital_human.engines.musetalk.talking_head import iter_musetalk_chunks, musetalk_crops
 
     wave, sr = decode_audio(data_dir / "audio" / "spk_en_male_01.wav", max_seconds=4.0)
@@ -236,7 +237,8 @@ def test_musetalk_crops_contract(photo_track, release, data_dir):
     changed = np.any(gen.crops != photo_track.crops[0][None], axis=(0, 3))
     ys, xs = np.nonzero(changed)
     lms = photo_track.crop_landmarks()[0]
-    assert ys.min() > lms[1, 1] * 0.5  # only the MuseTalk box (top ~ above the nose) changes
+    x1, y1, x2, _ = musetalk_box(lms, s)
+    assert ys.min() >= y1 and xs.min() >= x1 and xs.max() <= x2  # only MuseTalk's face box changes
     rows = np.nonzero(mask.max(1) > 0)[0]
     assert rows.min() > lms[5, 1] - 0.05 * s  # the paste mask keeps the lower half only
     # the streaming generator yields the same crops, chunk by chunk, with their masks
@@ -251,3 +253,24 @@ def test_musetalk_crops_missing_files_first(photo_track, tmp_path):
 
     with pytest.raises(MuseTalkFilesError, match="musetalkV15/unet.pth"):
         musetalk_crops(photo_track, np.zeros(100, np.float32), 16000, 25.0, models_root=tmp_path)
+
+
+# --- CLI and node glue -------------------------------------------------------------------------------
+def test_setup_check_and_node_validation(tmp_path, release, monkeypatch, capsys):
+    import argparse
+
+    from digital_human.cli import _cmd_setup
+    from digital_human.nodes.talking_head_nodes import TRT_TalkingHead
+
+    monkeypatch.setenv("DIGITAL_HUMAN_MODELS", str(tmp_path))
+    report = _cmd_setup(argparse.Namespace(check="musetalk", wheel_dir=None, only=None))
+    assert report["ready"] is False and len(report["missing"]) == 7
+    assert "MISSING" in capsys.readouterr().out
+    msg = TRT_TalkingHead.VALIDATE_INPUTS(model="musetalk")
+    assert isinstance(msg, str) and "musetalkV15/unet.pth" in msg and "7 more file(s)" in msg
+    assert "musetalk" in TRT_TalkingHead.INPUT_TYPES()["required"]["model"][0]
+
+    monkeypatch.setenv("DIGITAL_HUMAN_MODELS", str(release))
+    report = _cmd_setup(argparse.Namespace(check="musetalk", wheel_dir=None, only=None))
+    assert report["ready"] is True and not report["missing"]
+    assert TRT_TalkingHead.VALIDATE_INPUTS(model="musetalk") is True
