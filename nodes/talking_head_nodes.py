@@ -21,14 +21,17 @@ PRECISIONS = ["auto", "fp16", "fp32"]
 def _model_choices() -> list[str]:
     from ..engines.talking_head.avatar_store import list_avatars
 
-    return ["portrait"] + [f"clone:{name}" for name in list_avatars()]
+    return ["portrait", "musetalk"] + [f"clone:{name}" for name in list_avatars()]
 
 
 class TRT_TalkingHead:
     """Lip-synced frames of the face in DH_FACES speaking the AUDIO."""
 
     DESCRIPTION = ("Animate the mouth of the aligned face from speech. 'portrait' works zero-shot on any photo or "
-                   "video (no weights); 'clone:<name>' uses a generator trained by TrainAvatar on that person. "
+                   "video (no weights); 'clone:<name>' uses a generator trained by TrainAvatar on that person; "
+                   "'musetalk' runs MuseTalk 1.5 from the release's files the user placed in "
+                   "models/digital_human/musetalk/ (MIT code, weights released for commercial use; sd-vae-ft-mse "
+                   "and whisper-tiny MIT). "
                    "Video references are looped / ping-ponged / held to cover the audio; only the lower face changes.")
 
     @classmethod
@@ -64,6 +67,14 @@ class TRT_TalkingHead:
     @classmethod
     def VALIDATE_INPUTS(cls, model: str = "portrait") -> bool | str:
         # the list is read at start-up; accept avatars trained since then if they exist now
+        if model == "musetalk":  # its files are the user's: say which are missing before the run starts
+            from ..engines.musetalk.files import MuseTalkFilesError, locate
+
+            try:
+                locate()
+            except MuseTalkFilesError as exc:
+                return str(exc)
+            return True
         if model == "portrait" or model in _model_choices():
             return True
         return f"model '{model}' not found: train it with TrainAvatar (avatars live in models/digital_human/avatars)"

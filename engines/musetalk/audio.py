@@ -1,0 +1,119 @@
+"""MuseTalk 1.5's audio conditioning: whisper-tiny encoder states, one window per video frame.
+
+The 16 kHz speech is cut into 30 s segments; each becomes an 80-bin log-mel (whisper's own feature
+extractor, from the release's preprocessor_config.json) and goes through the encoder. All hidden
+states (the embedding output and every layer: 5 for tiny) are kept and stacked, at 50 states per
+second. After trimming the padding of the last segment, 2 x ceil(50 / fps) zero states are put in
+front (and enough at the end), and video frame i takes the 10 states starting at floor(i x 50 / fps),
+flattened to [10 x layers, 384]: the 0.2 s around the frame, from every encoder depth. Before the
+UNet's cross-attention a fixed sinusoidal position code is added.
+
+Deliberate difference: the reference truncates fps to an integer (29.97 -> 29, which drifts the audio
+against the video); the runtime uses the real fps. Frame counts follow the shared driver's clock.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+AUDIO_FPS = 50            # whisper encoder states per second
+SEGMENT_SECONDS = 30      # whisper's input length
+PAD_LEFT = 2              # MuseTalk's audio_padding_length_left / right (video frames each side)
+PAD_RIGHT = 2
+POSITION_DIM = 384
+POSITION_LEN = 5000
+
+
+def resample_16k(wave: np.ndarray, rate: int) -> np.ndarray:
+    """Mono float32 at 16 kHz (soxr, as librosa.load(sr=16000) does for the reference)."""
+    wave = np.asarray(wave, np.float32)
+    if int(rate) == SAMPLE_RATE:
+        return wave
+    import librosa
+
+    return librosa.resample(wave, orig_sr=int(rate), target_sr=SAMPLE_RATE, res_type="soxr_hq").astype(np.float32)
+
+
+def feature_extractor(whisper_dir: Any) -> Any:
+    """whisper's log-mel extractor with the release's preprocessor_config.json (local files only)."""
+    from transformers import WhisperFeatureExtractor
+
+    return WhisperFeatureExtractor.from_pretrained(str(whisper_dir), local_files_only=True)
+
+
+def encoder_states(encoder: Any, extractor: Any, wave16k: np.ndarray) -> Any:
+    """torch [1, T50, layers, 384] encoder hidden states of every 30 s segment, concatenated and trimmed
+    to floor(seconds x 50) (the zero padding of the last segment removed)."""
+    import torch
+
+    param = next(encoder.parameters())
+    seg = SEGMENT_SECONDS * SAMPLE_RATE
+    parts = []
+    with torch.inference_mode():
+        for start in range(0, max(len(wave16k), 1), seg):
+            mel = extractor(wave16k[start:start + seg], return_tensors="pt", sampling_rate=SAMPLE_RATE).input_features
+            hidden = encoder(mel.to(param.device, param.dtype), output_hidden_states=True).hidden_states
+            parts.append(torch.stack(hidden, dim=2))
+    states = torch.cat(parts, dim=1)
+    return states[:, :int(math.floor(len(wave16k) / SAMPLE_RATE * AUDIO_FPS))]
+
+
+class FrameWindows:
+    """Per-frame windows of the zero-padded encoder states, cut on demand (`windows(start, stop)`), so a
+    long clip holds its states (~0.4 MB per second) rather than every frame's window (3.8 MB per second).
+
+    Frame i takes states [floor(i x 50/fps) .. + window) of the padded sequence, window =
+    2 x (pad_left + pad_right + 1) = 10, flattened to [window x layers, 384]."""
+
+    def __init__(self, states: Any, fps: float, n_frames: int, pad_left: int = PAD_LEFT,
+                 pad_right: int = PAD_RIGHT) -> None:
+        import torch
+
+        step = AUDIO_FPS / float(fps)
+        per = int(math.ceil(step))
+        self.window = 2 * (pad_left + pad_right + 1)
+        self.starts = np.floor(np.arange(n_frames) * step).astype(np.int64)
+        right = per * 3 * pad_right
+        if n_frames:  # the driver's clock (ceil) may need a little more than the reference's floor
+            right = max(right, int(self.starts.max()) + self.window - (per * pad_left + states.shape[1]))
+        shape = tuple(states.shape[2:])
+        self.padded = torch.cat([states.new_zeros((1, per * pad_left) + shape), states,
+                                 states.new_zeros((1, right) + shape)], dim=1)[0]
+        self.n_frames = n_frames
+
+    def __len__(self) -> int:
+        return self.n_frames
+
+    def __call__(self, start: int, stop: int) -> Any:
+        import torch
+
+        index = self.starts[start:stop, None] + np.arange(self.window)[None, :]
+        clips = self.padded[torch.as_tensor(index, device=self.padded.device)]  # [k, window, layers, 384]
+        return clips.reshape(len(index), self.window * clips.shape[2], clips.shape[3])
+
+
+def frame_windows(states: Any, fps: float, n_frames: int, pad_left: int = PAD_LEFT,
+                  pad_right: int = PAD_RIGHT) -> Any:
+    """torch [n_frames, window x layers, 384]: every frame's window (see FrameWindows)."""
+    return FrameWindows(states, fps, n_frames, pad_left, pad_right)(0, n_frames)
+
+
+def position_table(dim: int = POSITION_DIM, length: int = POSITION_LEN) -> Any:
+    """MuseTalk's fixed sinusoidal code [1, length, dim] (sin on even, cos on odd channels)."""
+    import torch
+
+    table = torch.zeros(length, dim)
+    position = torch.arange(0, length, dtype=torch.float).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, dim, 2).float() * (-math.log(10000.0) / dim))
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq)
+    return table.unsqueeze(0)
+
+
+def audio_windows(encoder: Any, extractor: Any, wave: np.ndarray, rate: int, fps: float,
+                  n_frames: int) -> FrameWindows:
+    """Per-frame whisper windows (without the position code) of speech `wave` at `rate`."""
+    return FrameWindows(encoder_states(encoder, extractor, resample_16k(wave, rate)), fps, n_frames)

@@ -1,0 +1,187 @@
+"""`musetalk`: MuseTalk 1.5 as a talking-head model of the shared driver (same contract as portrait/clone).
+
+Per output frame: its scheduled reference frame's aligned crop (FaceAlign, at track.crop_size) gives
+MuseTalk's face box (geometry.py) inside the crop; that box is resized to 256x256, its latents
+(masked + reference) are computed once per reference frame and cached; the frame's whisper window
+drives one UNet pass; the decoded 256 face is resized back into the box. The crop is returned with
+a paste mask in crop space: the face-mesh lower-face mask inside the box and below the centre of
+MuseTalk's blending square, blurred as v1.5 blurs (5% of the square's side), so the shared driver
+pastes it like the other models' crops.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from ...vision.paste import lower_face_mask
+from ..talking_head.driver import (GeneratedCrops, frame_schedule, output_frame_count, validate_audio,
+                                   validate_track)
+from .blend import EXTRA_MARGIN, crop_face, resize_to_box, square_box
+from .files import LICENCE_NOTE
+from .geometry import musetalk_box
+
+log = logging.getLogger("digital_human.musetalk")
+MODEL_NAME = "musetalk"
+MASK_JAW_MARGIN = 0.10
+BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+
+
+def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
+    """(device, precision, notes): torch on CUDA when there is one (FP16 by default), else CPU FP32."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    import torch
+
+    notes = []
+    if backend in ("onnxruntime", "tensorrt"):
+        notes.append(f"MuseTalk runs on torch; backend {backend!r} is not wired for it yet (its UNet exports to "
+                     "ONNX with parity: engines/musetalk/export.py)")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if precision == "auto":
+        precision = "fp16" if device == "cuda" else "fp32"
+    if device == "cpu" and precision != "fp32":
+        notes.append(f"{precision} on the CPU is slower than FP32; running FP32")
+        precision = "fp32"
+    for note in notes:
+        log.warning("[digital_human] %s", note)
+    return device, precision, notes
+
+
+class _MuseTalkRenderer:
+    """Generated crops of output frames start..stop-1 on demand, in UNet batches of `batch_size`."""
+
+    def __init__(self, pipe, track, idx: np.ndarray, windows, batch_size: int,
+                 should_stop: Callable[[], bool] | None, keep: int = 256):
+        self.pipe, self.track, self.idx, self.windows = pipe, track, idx, windows
+        self.batch_size, self.should_stop = batch_size, should_stop
+        self.size = track.crop_size
+        self.crop_lms = track.crop_landmarks()
+        self._boxes: dict[int, tuple[int, int, int, int]] = {}
+        self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._keep = keep
+
+    def box(self, r: int) -> tuple[int, int, int, int]:
+        hit = self._boxes.get(r)
+        if hit is None:
+            a = np.asarray(self.track.affines[r], np.float64)[:2, :2]
+            margin = int(round(EXTRA_MARGIN * np.sqrt(abs(np.linalg.det(a)))))  # 10 source px, in crop px
+            x1, y1, x2, y2 = musetalk_box(self.crop_lms[r], self.size)
+            hit = self._boxes[r] = (x1, y1, min(x2, self.size), min(y2 + margin, self.size))
+        return hit
+
+    def mask(self, r: int) -> np.ndarray:
+        hit = self._masks.get(r)
+        if hit is None:
+            import cv2
+
+            x1, y1, x2, y2 = self.box(r)
+            m = np.zeros((self.size, self.size), np.float32)
+            face = lower_face_mask(self.crop_lms[r], self.size, jaw_margin=MASK_JAW_MARGIN)
+            m[y1:y2, x1:x2] = face[y1:y2, x1:x2]
+            xs, ys, xe, ye = square_box((x1, y1, x2, y2))
+            m[:max(0, min(self.size, ys + int((ye - ys) * 0.5)))] = 0.0  # v1.5 keeps the square's lower half
+            k = int(0.05 * (xe - xs) // 2 * 2) + 1
+            hit = self._masks[r] = np.clip(cv2.GaussianBlur(m, (k, k), 0), 0.0, 1.0)
+            while len(self._masks) > self._keep:
+                self._masks.popitem(last=False)
+        return hit
+
+    def _latents(self, r: int):
+        return self.pipe.reference_latents(r, lambda: crop_face(self.track.crops[r], self.box(r)))
+
+    def render(self, start: int, stop: int) -> tuple[np.ndarray, None]:
+        import torch
+
+        out = np.empty((stop - start, self.size, self.size, 3), np.uint8)
+        for s in range(start, stop, self.batch_size):
+            if self.should_stop is not None and self.should_stop():
+                raise InterruptedError(f"musetalk talking head interrupted after {s} of {len(self.idx)} frames")
+            e = min(s + self.batch_size, stop)
+            refs = [int(r) for r in self.idx[s:e]]
+            latents = torch.cat([self._latents(r) for r in refs])
+            faces = self.pipe.generate(latents, self.windows(s, e))
+            for i, (r, face) in enumerate(zip(refs, faces)):
+                x1, y1, x2, y2 = self.box(r)
+                crop = np.array(self.track.crops[r], np.uint8, copy=True)
+                crop[y1:y2, x1:x2] = resize_to_box(face, (x1, y1, x2, y2))
+                out[s - start + i] = crop
+        return out, None
+
+
+def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
+                   loop_mode: str = "ping-pong", batch_size: int = 0, backend: str = "auto", precision: str = "auto",
+                   max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
+                   should_stop: Callable[[], bool] | None = None, streaming: bool = False, seed: int = 0,
+                   models_root: Any = None) -> GeneratedCrops:
+    """MuseTalk's crop for every output frame (no paste-back yet); arguments as portrait_crops.
+
+    batch_size: frames per UNet batch (0 = 32 on CUDA, 4 on the CPU). backend/precision: torch on CUDA
+    (auto = FP16) or the CPU (FP32). seed: the VAE posterior draw of each reference frame.
+    streaming: return at once with crops made on demand (GeneratedCrops.render).
+    Raises MuseTalkFilesError (every missing file and where it goes) before any work."""
+    from .audio import audio_windows, feature_extractor
+    from .files import locate
+    from .networks import cached_networks
+    from .pipeline import MuseTalkPipeline
+
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    locate(models_root)  # the files first: the clearest error
+    validate_track(track)
+    wave = validate_audio(audio, sample_rate, max_audio_seconds)
+    if batch_size < 0:
+        raise ValueError(f"batch_size must be >= 1, or 0 for automatic, got {batch_size}")
+    device, prec, notes = resolve_runtime(backend, precision)
+    net = cached_networks(device, prec, models_root)
+    timings["load"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    fps = float(fps) if fps and fps > 0 else float(track.fps)
+    n_out = output_frame_count(len(wave) / float(sample_rate), fps)
+    idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
+    windows = audio_windows(net.whisper, feature_extractor(net.files.whisper_dir), wave, int(sample_rate), fps, n_out)
+    timings["audio"] = time.perf_counter() - t1
+    batch_size = int(batch_size) or (32 if device == "cuda" else 4)
+
+    warnings = list(notes)
+    lost = int(np.count_nonzero(~track.found[np.unique(idx)]))
+    if lost:
+        warnings.append(f"{lost} reference frame(s) used have no detected face (interpolated landmarks)")
+    if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
+        warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
+                        f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
+    pipe = MuseTalkPipeline(net, seed=seed)
+    renderer = _MuseTalkRenderer(pipe, track, idx, windows, batch_size, should_stop)
+    gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
+                         backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,
+                         render=renderer.render, mask_of=renderer.mask)
+    if streaming:
+        return gen
+    t2 = time.perf_counter()
+    gen = gen.materialized(progress=progress, should_stop=should_stop, batch=max(batch_size, 16))
+    timings["generate"] = time.perf_counter() - t2
+    return replace(gen, timings=timings)
+
+
+def iter_musetalk_chunks(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
+                         chunk: int = 64, **kwargs: Any) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """Yield (start, stop, crops uint8 [k, S, S, 3], paste masks float32 [k, S, S]) for output frames in
+    chunks of `chunk`, generated only when asked for (bounded memory); kwargs as musetalk_crops."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    gen = musetalk_crops(track, audio, sample_rate, fps, streaming=True, **kwargs)
+    for start in range(0, len(gen), chunk):
+        stop = min(start + chunk, len(gen))
+        crops, _ = gen.render(start, stop)
+        yield start, stop, crops, gen.mask_stack(start, stop)
+
+
+DESCRIPTION = f"MuseTalk 1.5 lip-sync: {LICENCE_NOTE}."
