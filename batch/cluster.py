@@ -53,17 +53,18 @@ def worker_env(same_machine: bool, cpus_per_worker: float, gpu: bool) -> dict[st
     return env
 
 
-def connect(address: str | None, object_store_mb: int, num_cpus: float | None, env: dict[str, str]) -> bool:
+def connect(address: str | None, object_store_mb: int, num_cpus: float | None) -> bool:
     """Start (address None) or join a Ray cluster. Returns True when this process started it."""
     ray = import_ray()
-    runtime_env = {"env_vars": env}
+    if ray.is_initialized():  # called from a program that already joined a cluster: use that one
+        return False
     if address is None:
         # "local": never attach to a cluster someone else started on this machine.
         for attempt in (1, 2):
             try:
                 ray.init(address="local", num_cpus=None if num_cpus is None else int(num_cpus),
                          object_store_memory=int(object_store_mb) << 20, include_dashboard=False,
-                         runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
+                         log_to_driver=False, logging_level=logging.WARNING)
                 return True
             except Exception as exc:  # Ray gives a new node a fixed 30 s to register: too short on a busy host
                 if attempt == 2 or "timed out during startup" not in str(exc):
@@ -72,7 +73,7 @@ def connect(address: str | None, object_store_mb: int, num_cpus: float | None, e
                 ray.shutdown()
     if not (address == "auto" or address.startswith("ray://") or ":" in address):
         raise ValueError(f"--address must be auto, ray://HOST:PORT or HOST:PORT, got '{address}'")
-    ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
+    ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     return False
 
 

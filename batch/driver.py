@@ -145,10 +145,10 @@ def run_batch(opts: BatchOptions) -> dict[str, Any]:
         num_cpus = opts.workers * opts.cpus_per_worker if (opts.workers and cpu_only) else None
         env = worker_env(same_machine=opts.address is None or opts.address == "auto",
                          cpus_per_worker=opts.cpus_per_worker, gpu=not cpu_only)
-        started_ray = connect(opts.address, opts.object_store_mb, num_cpus, env)
+        started_ray = connect(opts.address, opts.object_store_mb, num_cpus)
         try:
             loop_start = time.perf_counter()
-            scheduler = _Scheduler(ray, opts, out_dir, todo)
+            scheduler = _Scheduler(ray, opts, out_dir, todo, env)
             workers_info = scheduler.run()
             fits = scheduler.fits_summary()
             render_seconds = time.perf_counter() - loop_start
@@ -206,7 +206,8 @@ def _report(records: list[_Record], out_dir: Path, started: float, render_second
 class _Scheduler:
     """Hands work to free workers and reacts to each outcome; one Ray call per worker at a time."""
 
-    def __init__(self, ray: Any, opts: BatchOptions, out_dir: Path, todo: list[_Record]) -> None:
+    def __init__(self, ray: Any, opts: BatchOptions, out_dir: Path, todo: list[_Record],
+                 env: dict[str, str]) -> None:
         from .worker import Renderer
 
         self.ray = ray
@@ -235,7 +236,8 @@ class _Scheduler:
         shape = pool_shape(ray.cluster_resources(), len(todo), opts.workers, opts.gpus_per_job,
                            opts.cpus_per_worker)
         actor = ray.remote(Renderer).options(num_cpus=shape.cpus, num_gpus=shape.gpus,
-                                             max_restarts=max(0, opts.retries), max_task_retries=0)
+                                             max_restarts=max(0, opts.retries), max_task_retries=0,
+                                             runtime_env={"env_vars": env})
         self.workers = [_Worker(slot, actor.remote(slot)) for slot in range(shape.workers)]
         self.in_flight: dict[Any, tuple[str, Any, _Worker]] = {}
         for worker in self.workers:

@@ -112,7 +112,7 @@ def parse_job(obj: Any, index: int, line: int, base: Path, hashes: dict[Path, st
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object like {{\"text\": ..., \"voice\": ..., \"face\": ...}}, "
                          f"got {type(obj).__name__}")
-    obj = {str(k).replace("-", "_"): v for k, v in obj.items()}
+    obj = {str(k).replace("-", "_"): v for k, v in obj.items() if v is not None}  # null = not given
     name = obj.pop("name", "")
     if name and (not isinstance(name, str) or not _NAME_RE.match(name)):
         raise ValueError(f"name {name!r} must be 1-64 letters, digits, '.', '_' or '-' (it names the output file)")

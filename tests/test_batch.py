@@ -1,0 +1,249 @@
+"""`digital-human batch` on Ray: job checking and content keys (no Ray), then real batches on a local
+Ray with two workers (outputs, resume, a bad job, a killed worker) and on a two-node cluster on
+this machine. Tiny texts and the portrait model keep the rendering short."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from digital_human.batch.jobs import Job, read_jobs
+
+ray = pytest.importorskip("ray", reason="batch needs Ray: pip install 'ray[client]'")
+
+TEXTS = ["Hi.", "Good day.", "Thanks.", "Bye now."]
+
+
+def _write_jobs(path: Path, data_dir: Path, texts: list[str], extra: list[dict] | None = None) -> Path:
+    voice = data_dir / "audio" / "spk_en_03.wav"
+    face = data_dir / "image" / "face_01_female.jpg"
+    lines = [{"name": f"j{i}", "text": t, "voice": str(voice), "no_imitate": True, "face": str(face), "smooth": 0}
+             for i, t in enumerate(texts)]
+    lines += extra or []
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+# --- the job file (driver side, no Ray) ---------------------------------------------------------
+def _one(tmp_path: Path, obj: dict) -> Job:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(json.dumps(obj) + "\n", encoding="utf-8")
+    return read_jobs(path)[0]
+
+
+def test_job_keys_follow_content(tmp_path, data_dir):
+    face = data_dir / "image" / "face_01_female.jpg"
+    voice = data_dir / "audio" / "spk_en_03.wav"
+    base = {"text": "Hello.", "voice": str(voice), "face": str(face)}
+    job = _one(tmp_path, base)
+    assert job.error is None and len(job.key) == 64
+    assert job.options["language"] == "auto" and job.options["model"] == "portrait"  # run's defaults
+    (tmp_path / "t.txt").write_text("Hello.", encoding="utf-8")
+    # a text file and the same text inline, or a copy of the clip under another name: same job
+    assert _one(tmp_path, {**base, "text": None, "text_file": "t.txt"}).key == job.key
+    copy = tmp_path / "copy.wav"
+    copy.write_bytes(voice.read_bytes())
+    assert _one(tmp_path, {**base, "voice": "copy.wav"}).key == job.key
+    # what changes the video changes the key
+    assert _one(tmp_path, {**base, "text": "Hello!"}).key != job.key
+    assert _one(tmp_path, {**base, "speed": 1.1}).key != job.key
+    copy.write_bytes(voice.read_bytes()[:-2000])
+    assert _one(tmp_path, {**base, "voice": "copy.wav"}).key != job.key
+    assert job.voice_fit_key() == _one(tmp_path, {**base, "text": "Other."}).voice_fit_key()
+    assert job.voice_fit_key() != _one(tmp_path, {**base, "no_imitate": True}).voice_fit_key()
+
+
+@pytest.mark.parametrize("obj, message", [
+    ({"text": "x", "voice": "missing.wav", "face": "f.jpg"}, "voice file"),
+    ({"text": "x", "voice": "v.wav"}, "--face"),
+    ({"text": "x", "voice": "v.wav", "face": "f.jpg", "model_": "portrait"}, "unknown field"),
+    ({"text": "x", "voice": "v.wav", "face": "f.jpg", "language": "fr"}, "invalid choice"),
+    ({"text": "x", "voice": "v.wav", "face": "f.jpg", "no_imitate": "yes"}, "switch"),
+    ({"text": "x", "voice": "v.wav", "face": "f.jpg", "name": "../escape"}, "name"),
+    ({"voice": "v.wav", "face": "f.jpg"}, "--text"),
+])
+def test_bad_jobs_fail_alone_with_clear_errors(tmp_path, obj, message):
+    (tmp_path / "v.wav").write_bytes(b"RIFF")
+    (tmp_path / "f.jpg").write_bytes(b"\xff\xd8")
+    path = tmp_path / "jobs.jsonl"
+    good = {"text": "x", "voice": "v.wav", "face": "f.jpg"}
+    path.write_text(json.dumps(good) + "\n\n" + json.dumps(obj) + "\nnot json\n", encoding="utf-8")
+    jobs = read_jobs(path)
+    assert [j.line for j in jobs] == [1, 3, 4]
+    assert jobs[0].error is None
+    assert jobs[1].error.startswith("line 3: ") and message in jobs[1].error
+    assert "not valid JSON" in jobs[2].error
+
+
+def test_face_tracks_are_aligned_once_per_worker():
+    from digital_human.batch.worker import _remember_face_tracks
+
+    calls = []
+
+    class Module:
+        @staticmethod
+        def _faces_from_file(timer, face, fps, backend, max_seconds):
+            calls.append(face)
+            return object()
+
+    counts = _remember_face_tracks(Module, "_faces_from_file", limit=2)
+    first = Module._faces_from_file(None, Path("/s/a.jpg"), None, "auto", 60.0)
+    assert Module._faces_from_file(None, Path("/s/a.jpg"), None, "auto", 60.0) is first
+    assert Module._faces_from_file(None, Path("/s/a.jpg"), 30.0, "auto", 60.0) is not first  # other fps
+    Module._faces_from_file(None, Path("/s/b.jpg"), None, "auto", 60.0)  # evicts the oldest
+    Module._faces_from_file(None, Path("/s/a.jpg"), None, "auto", 60.0)
+    assert counts() == {"aligned": 4, "reused": 1} and len(calls) == 4
+
+
+# --- real batches -----------------------------------------------------------------------------
+def _mp4s(out: Path) -> list[Path]:
+    return sorted(out.glob("*.mp4"))
+
+
+def _check_videos(report: dict, out: Path, names: list[str]) -> None:
+    from digital_human.media.probe import probe_media
+
+    done = {j["name"]: j for j in report["jobs"] if j["status"] == "done"}
+    assert sorted(done) == sorted(names), report["jobs"]
+    for job in done.values():
+        probe = probe_media(Path(job["output"]))
+        assert probe.has_audio and probe.video_duration > 0.3 and job["audio_seconds"] > 0.3
+        assert abs(probe.audio_duration - job["audio_seconds"]) < 0.2
+    assert not list(out.glob(".*partial*")), "a temporary file was left behind"
+
+
+@pytest.fixture
+def local_ray():
+    """A local Ray of 2 CPUs with a small object store, shared by run_batch (it joins it)."""
+    ray.init(address="local", num_cpus=2, object_store_memory=150 << 20, include_dashboard=False,
+             log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_local_batch_bad_job_killed_worker_and_resume(tmp_path, data_dir, setup_models, local_ray):
+    from digital_human.batch.driver import BatchOptions, run_batch
+
+    jobs = _write_jobs(tmp_path / "jobs.jsonl", data_dir, TEXTS,
+                       extra=[{"name": "missing", "text": "x", "voice": "nowhere.wav",
+                               "face": str(data_dir / "image" / "face_01_female.jpg")}])
+    out = tmp_path / "out"
+    killed: list[dict] = []
+
+    def kill_first_worker(job: dict, worker: dict) -> None:
+        # kill the first job's worker process while it renders (the job takes seconds; 1.5 s in)
+        if not killed:
+            killed.append({"job": job["name"], "pid": worker["pid"], "slot": worker["slot"]})
+            threading.Timer(1.5, os.kill, (worker["pid"], signal.SIGKILL)).start()
+
+    report = run_batch(BatchOptions(jobs, out, workers=2, retries=2, on_dispatch=kill_first_worker))
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(report, default=str))
+    _check_videos(report, out, [f"j{i}" for i in range(len(TEXTS))])
+    assert len(_mp4s(out)) == len(TEXTS)  # every job once
+    by_name = {j["name"]: j for j in report["jobs"]}
+    # the missing clip failed alone, with the file named
+    assert by_name["missing"]["status"] == "failed" and "nowhere.wav" in by_name["missing"]["error"]
+    assert report["ok"] is False and report["counts"] == {"done": len(TEXTS), "failed": 1}
+    # the killed worker's job was run again (elsewhere when possible) and finished once
+    retried = [j for j in report["jobs"] if j["worker_failures"]]
+    assert retried and all(j["status"] == "done" and j["attempts"] == 2 for j in retried), report["jobs"]
+    assert f"pid {killed[0]['pid']}" in retried[0]["worker_failures"][0]
+    assert retried[0]["worker"]["pid"] != killed[0]["pid"]
+    # one voice fit for the four jobs sharing the clip
+    assert len(report["voice_fits"]) == 1 and report["voice_fits"][0]["status"] == "done"
+    assert {w["slot"] for w in report["workers"]} == {0, 1}
+
+    stamps = {p.name: p.stat().st_mtime_ns for p in _mp4s(out)}
+    again = run_batch(BatchOptions(jobs, out, workers=2))
+    assert [j["status"] for j in again["jobs"]] == ["skipped"] * len(TEXTS) + ["failed"]
+    assert again["workers"] == [] and {p.name: p.stat().st_mtime_ns for p in _mp4s(out)} == stamps
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ray start exited with {proc.returncode}")
+        for host in ("127.0.0.1", socket.gethostbyname(socket.gethostname())):
+            try:
+                with socket.create_connection((host, port), timeout=1):
+                    return
+            except OSError:
+                pass
+        time.sleep(1)
+    raise TimeoutError(f"Ray head did not open port {port} in {seconds:.0f} s")
+
+
+@pytest.fixture
+def two_node_cluster(tmp_path, monkeypatch):
+    """Head + one more node on this machine (1 CPU each, own temp dirs), both `ray start --block`
+    children of this test, so teardown stops exactly these (SIGTERM: Ray drains and stops the node's
+    processes) rather than every Ray process of the user (`ray stop`)."""
+    ray_cli = Path(sys.executable).with_name("ray")
+    ray_cli = str(ray_cli) if ray_cli.exists() else "ray"
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver (this process) joins without a token
+    port = _free_port()
+    common = ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--num-gpus", "0",
+              "--object-store-memory", str(100 << 20), "--disable-usage-stats"]
+    procs = []
+    logs = [open(tmp_path / f"node{i}.log", "wb") for i in range(2)]
+    # Ray's socket paths live under --temp-dir and must stay under 107 bytes: short folders in /tmp
+    temp_dirs = [tempfile.mkdtemp(prefix="dhray") for _ in range(2)]
+    try:
+        procs.append(subprocess.Popen([ray_cli, "start", "--head", "--port", str(port), "--include-dashboard",
+                                       "false", "--ray-client-server-port", str(_free_port()),
+                                       "--temp-dir", temp_dirs[0], *common],
+                                      env=env, stdout=logs[0], stderr=subprocess.STDOUT))
+        _wait_port(port, procs[0], 180)
+        procs.append(subprocess.Popen([ray_cli, "start", "--address", f"127.0.0.1:{port}",
+                                       "--temp-dir", temp_dirs[1], *common],
+                                      env=env, stdout=logs[1], stderr=subprocess.STDOUT))
+        ray.init(address=f"127.0.0.1:{port}", log_to_driver=False)
+        deadline = time.monotonic() + 180
+        while sum(n["Alive"] for n in ray.nodes()) < 2:
+            if time.monotonic() > deadline or procs[1].poll() is not None:
+                raise RuntimeError("second node did not join: " + (tmp_path / "node1.log").read_text()[-2000:])
+            time.sleep(1)
+        yield
+    finally:
+        ray.shutdown()
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for log in logs:
+            log.close()
+        for folder in temp_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_two_node_cluster(tmp_path, data_dir, setup_models, two_node_cluster):
+    from digital_human.batch.driver import BatchOptions, run_batch
+
+    jobs = _write_jobs(tmp_path / "jobs.jsonl", data_dir, TEXTS[:3])
+    out = tmp_path / "out"
+    report = run_batch(BatchOptions(jobs, out, address="auto"))
+    assert report["ok"], report["jobs"]
+    _check_videos(report, out, ["j0", "j1", "j2"])
+    # one worker per node (1 CPU each), each on its own node
+    assert len({w["node_id"] for w in report["workers"]}) == 2
