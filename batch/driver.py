@@ -165,6 +165,7 @@ def run_batch(opts: BatchOptions) -> dict[str, Any]:
     else:
         _finish(records, first_by_key)
         report = _report(records, out_dir, started, render_seconds, workers_info)
+        report["voice_fits"] = []  # nothing left to render: Ray is not even started
         _write_summary(out_dir, report)
     return report
 

@@ -20,6 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..assets.pypi_fetch import sha256_file
+
 FORMAT_VERSION = 1  # part of every key: bump when the same job would render differently
 FILE_OPTIONS = ("voice", "speaker", "face")  # shipped to the workers by content
 NOT_JOB_OPTIONS = frozenset({"help", "out", "json"})  # `run` options a job may not set
@@ -92,14 +94,6 @@ def _run_actions() -> dict[str, argparse.Action]:
     return {a.dest: a for a in sub.choices["run"]._actions if a.option_strings and a.dest not in NOT_JOB_OPTIONS}
 
 
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -162,7 +156,7 @@ def parse_job(obj: Any, index: int, line: int, base: Path, hashes: dict[Path, st
                    if dest not in (*FILE_OPTIONS, "text_file")}
     for option, path in paths.items():
         if path not in hashes:
-            hashes[path] = file_sha256(path)
+            hashes[path] = sha256_file(path)
         job.files[option] = InputFile(path, hashes[path])
     content = {"format": FORMAT_VERSION, "options": job.options,
                "files": {option: f.sha256 for option, f in sorted(job.files.items())}}

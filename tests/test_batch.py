@@ -125,8 +125,9 @@ def _check_videos(report: dict, out: Path, names: list[str]) -> None:
 @pytest.fixture
 def local_ray():
     """A local Ray of 2 CPUs with a small object store, shared by run_batch (it joins it)."""
-    ray.init(address="local", num_cpus=2, object_store_memory=150 << 20, include_dashboard=False,
-             log_to_driver=False)
+    from digital_human.batch.cluster import connect
+
+    assert connect(None, object_store_mb=150, num_cpus=2)  # include_dashboard=False, no log forwarding
     yield
     ray.shutdown()
 
