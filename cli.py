@@ -60,16 +60,17 @@ def _cmd_embed(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
     from .nodes.voice_nodes import TRT_TTS
+    from .preflight import check_speak_args
     from .voice.speaker import SpeakerProfile
 
     timer = StageTimer()
+    text = timer.run("preflight", check_speak_args, args)  # every input checked before any heavy work
     speaker = None
     embed_report: dict[str, Any] = {}
     if args.speaker:
         speaker = SpeakerProfile.load_npz(Path(args.speaker))
     elif args.voice:
         speaker, embed_report = _speaker_from_clip(timer, args)
-    text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     result = timer.run("tts", TRT_TTS().synthesize_to_file, text=text, speaker=speaker, out_path=Path(args.out),
                        language=args.language, speed=args.speed, seed=args.seed, backend=args.backend,
                        voice=args.base_voice)
@@ -79,45 +80,61 @@ def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
             "embed": embed_report.get("backend")}
 
 
-def _read_frames(path: Path, max_seconds: float) -> tuple[Any, float, Any]:
-    """Frames (uint8), fps and (wave, rate) or None from a photo or a video file."""
-    from .media.probe import probe_media, read_video_audio, read_video_frames
+def _read_frames(path: Path, max_seconds: float, max_side: int | None = None) -> tuple[Any, float, Any]:
+    """Frames, fps and (wave, rate) or None from a photo or a video file. A photo is one in-memory
+    frame; a video's frames are decoded on demand (media.frame_source.VideoFrames), so nothing here
+    holds a whole video. Both are scaled down to at most max_side px on the longest side."""
+    from .media.frame_source import DEFAULT_MAX_SIDE, is_photo, load_face_frames
+    from .media.probe import probe_media, read_video_audio
 
-    if path.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp", ".bmp"):
-        import numpy as np
-        from PIL import Image
-
-        with Image.open(path) as img:
-            return np.asarray(img.convert("RGB"))[None], 25.0, None
-    info = probe_media(path)
-    frames, fps = read_video_frames(path, max_frames=max(1, int(max_seconds * (info.fps or 25))))
-    audio = read_video_audio(path) if info.has_audio else None
+    frames, fps, _ = load_face_frames(path, max_seconds, DEFAULT_MAX_SIDE if max_side is None else max_side)
+    if is_photo(path):
+        return frames, fps, None
+    audio = read_video_audio(path) if probe_media(path).has_audio else None
     return frames, fps, audio
+
+
+def _align_frames(frames: Any, fps: float, *, crop_size: int = 256, expand: float = 0.35, face_index: int = 0,
+                  backend: str = "auto") -> tuple[Any, str]:
+    """FaceAlign's work on frames that may be decoded on demand (no IMAGE tensor of the whole video):
+    (DH_FACES, report)."""
+    from .engines.face.detect import default_runners
+    from .vision.align import align_faces
+
+    track = align_faces(frames, fps, crop_size=int(crop_size), expand=expand, face_index=face_index,
+                        runners=default_runners(backend=backend), input_name="--face")
+    for warning in track.warnings:
+        log.warning("FaceAlign: %s", warning)
+    return track, track.summary()
+
+
+def _size_report(frames: Any, source: Any) -> dict[str, Any]:
+    height, width = frames.shape[1:3]
+    return {"output_size": [int(width), int(height)], "source_size": list(source) if source else None}
 
 
 def _cmd_align(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     from PIL import Image
 
-    from .nodes.image_convert import image_to_uint8, uint8_to_image
-    from .nodes.video_nodes import FaceAlign
+    from .vision.align import draw_preview
 
     timer = StageTimer()
-    frames, fps, _ = timer.run("decode", _read_frames, Path(args.face), args.max_seconds)
-    faces, preview, report = timer.run("align", FaceAlign().align, uint8_to_image(frames), fps,
-                                       crop_size=args.crop_size, expand=args.expand, face_index=args.face_index,
-                                       backend=args.backend)
+    frames, fps, _ = timer.run("decode", _read_frames, Path(args.face), args.max_seconds, args.max_side)
+    faces, report = timer.run("align", _align_frames, frames, fps, crop_size=args.crop_size, expand=args.expand,
+                              face_index=args.face_index, backend=args.backend)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    faces.save_npz(out)
+    # a video's frames stay in the video file (decoded on demand); a photo's one frame is saved with it
+    timer.run("save", faces.save_npz, out, include_frames=isinstance(frames, np.ndarray))
     preview_path = Path(args.preview) if args.preview else out.with_suffix(".png")
-    crops = image_to_uint8(preview)
-    picks = crops[np.linspace(0, len(crops) - 1, min(8, len(crops))).astype(int)]
+    picks = np.linspace(0, len(faces) - 1, min(8, len(faces))).astype(int)
+    preview = draw_preview(faces.subset(picks))
     with atomic_path(preview_path) as partial:  # no half-written preview if the process dies
-        Image.fromarray(np.concatenate(list(picks), axis=1)).save(partial, format="PNG")
+        Image.fromarray(np.concatenate(list(preview), axis=1)).save(partial, format="PNG")
     return {"outputs": [str(out), str(preview_path)], "backend": _loaded("face"), "timings": timer.seconds,
             "frames": len(frames), "found": int(faces.found.sum()), "interpolated": int(faces.interpolated_count),
-            "warnings": faces.warnings, "report": report}
+            "warnings": faces.warnings, "report": report, **_size_report(frames, None)}
 
 
 def _cmd_mux(args: argparse.Namespace) -> dict[str, Any]:
@@ -125,38 +142,71 @@ def _cmd_mux(args: argparse.Namespace) -> dict[str, Any]:
     from .media.mux import mux_video
 
     timer = StageTimer()
-    frames, fps, own_audio = timer.run("decode", _read_frames, Path(args.frames), args.max_seconds)
+    frames, fps, own_audio = timer.run("decode", _read_frames, Path(args.frames), args.max_seconds, args.max_side)
     fps = args.fps or fps
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio)) if args.audio else (own_audio or (None, 16000))
-    report = timer.run("mux", mux_video, frames, wave, rate, fps, Path(args.out), fmt=args.format, crf=args.crf,
-                       length_mode=args.length_mode)
+    length_mode = args.length_mode or _default_length_mode(Path(args.frames), wave is not None)
+    report = timer.run("mux", mux_video, _frame_stream(frames), wave, rate, fps, Path(args.out), fmt=args.format,
+                       crf=args.crf, length_mode=length_mode)
     probe = report.probe
     return {"outputs": [str(report.path)], "backend": "ffmpeg (imageio-ffmpeg)", "timings": timer.seconds,
-            "action": report.action, "video_seconds": probe.video_duration, "audio_seconds": probe.audio_duration,
+            "action": report.action, "length_mode": length_mode, "video_seconds": probe.video_duration, "audio_seconds": probe.audio_duration,
             "frames": probe.frame_count, "report": report.summary()}
 
 
-def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: str,
-                     max_seconds: float) -> tuple[Any, float, str]:
-    """Photo/video file -> (DH_FACES, output fps, FaceAlign's report)."""
-    from .nodes.image_convert import uint8_to_image
-    from .nodes.video_nodes import FaceAlign
+def _default_length_mode(frames_path: Path, has_audio: bool) -> str:
+    """A photo is held for the whole audio (its one frame would otherwise trim the audio to 0.04 s);
+    a video is the master and the audio is padded or trimmed to it."""
+    from .preflight import IMAGE_SUFFIXES
 
-    frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds)
+    return "hold_last_frame" if has_audio and frames_path.suffix.lower() in IMAGE_SUFFIXES else "pad_audio"
+
+
+def _seconds(wave: Any, rate: int) -> float:
+    import numpy as np
+
+    return float(np.asarray(wave).shape[-1]) / float(rate)
+
+
+def _frame_stream(frames: Any, chunk: int = 16) -> Any:
+    """A video decoded on demand as a FrameStream (read chunk by chunk while ffmpeg encodes); an
+    in-memory array as it is."""
+    import numpy as np
+
+    from .media.mux import FrameStream
+
+    if isinstance(frames, np.ndarray):
+        return frames
+    n, height, width = frames.shape[:3]
+    chunks = (frames[start:min(start + chunk, n)] for start in range(0, n, chunk))
+    return FrameStream(count=n, width=width, height=height, pix_fmt="rgb24", chunks=chunks)
+
+
+def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: str,
+                     max_seconds: float, max_side: int | None = None,
+                     speech_seconds: float | None = None, face_index: int = 0) -> tuple[Any, float, str]:
+    """Photo/video file -> (DH_FACES, output fps, FaceAlign's report); a video's frames are decoded on demand.
+    speech_seconds: the output's length; a longer reference video is read only that far (the output
+    takes the reference frame shown at its own time, so later frames would never be used)."""
+    if speech_seconds is not None:
+        max_seconds = min(max_seconds, speech_seconds + 0.5)
+    frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds, max_side)
     fps = float(fps or (src_fps if len(frames) > 1 else 25.0))
-    faces, _, align_report = timer.run("align", FaceAlign().align, uint8_to_image(frames), src_fps, backend=backend)
+    faces, align_report = timer.run("align", _align_frames, frames, src_fps, backend=backend, face_index=face_index)
     return faces, fps, align_report
 
 
 def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
-                    backend: str, max_seconds: float, smooth: float) -> tuple[Any, float, dict[str, Any]]:
+                    backend: str, max_seconds: float, smooth: float,
+                    max_side: int | None = None, face_index: int = 0) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth)."""
     from .audio import to_comfy_audio
     from .nodes.image_convert import image_to_uint8
     from .nodes.talking_head_nodes import TRT_TalkingHead
     from .nodes.video_nodes import TemporalSmooth
 
-    faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds)
+    faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
+                                                _seconds(wave, rate), face_index)
     out = timer.run("talking_head", TRT_TalkingHead().animate, faces, to_comfy_audio(wave, rate), model=model,
                     fps=fps, backend=backend)
     images, track, head_report = out["result"]
@@ -167,20 +217,27 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
 
 
 def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
-                      backend: str, max_seconds: float, smooth: float, out: Path) -> tuple[Any, float, dict[str, Any]]:
+                      backend: str, max_seconds: float, smooth: float, out: Path,
+                      max_side: int | None = None, face_index: int = 0) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
     from .engines.talking_head.render_video import render_talking_video
     from .engines.talking_head.generate import generate_crops
 
-    faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds)
-    gen = timer.run("talking_head", generate_crops, faces, wave, rate, model, fps, backend=backend)
-    result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth)
+    faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
+                                                _seconds(wave, rate), face_index)
+    # crops are generated chunk by chunk while the video is encoded: memory stays flat in the length
+    gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, model, fps, backend=backend,
+                    streaming=True)
+    bar = _progress_bar("video", len(gen))
+    result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth,
+                       progress=bar)
     for warning in result.warnings:
         log.warning("%s", warning)
     return result.mux, fps, {"align": align_report, "video": result.summary(),
-                             "head_backend": gen.backend if model != "portrait" else "portrait (numpy/OpenCV)"}
+                             "head_backend": gen.backend if model != "portrait" else "portrait (numpy/OpenCV)",
+                             **_size_report(faces.frames, None)}
 
 
 def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: int) -> tuple[Any, float, dict[str, Any]]:
@@ -188,9 +245,9 @@ def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: in
     (TRT_TalkingHead -> TemporalSmooth -> VideoMux) exactly as a workflow runs it (--render nodes)."""
     if args.render == "headless":
         return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
-                                 args.max_seconds, args.smooth, Path(args.out))
+                                 args.max_seconds, args.smooth, Path(args.out), args.max_side, args.face_index)
     frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
-                                           args.max_seconds, args.smooth)
+                                           args.max_seconds, args.smooth, args.max_side, args.face_index)
     return _mux_to(timer, frames, wave, rate, fps, Path(args.out)), fps, reports
 
 
@@ -202,8 +259,10 @@ def _mux_to(timer: StageTimer, frames: Any, wave: Any, rate: int, fps: float, ou
 
 def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
     from .audio import decode_audio
+    from .preflight import check_animate_args
 
     timer = StageTimer()
+    timer.run("preflight", check_animate_args, args)  # every input checked before any heavy work
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio))
     report, fps, reports = _animate_to(timer, args, wave, rate)
     return {"outputs": [str(report.path)], "backend": reports["head_backend"], "timings": timer.seconds,
@@ -213,27 +272,28 @@ def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_train_avatar(args: argparse.Namespace) -> dict[str, Any]:
     from .audio import to_comfy_audio
-    from .nodes.image_convert import uint8_to_image
     from .nodes.talking_head_nodes import TrainAvatar
-    from .nodes.video_nodes import FaceAlign
 
     timer = StageTimer()
-    frames, fps, own_audio = timer.run("decode", _read_frames, Path(args.video), args.max_seconds)
+    frames, fps, own_audio = timer.run("decode", _read_frames, Path(args.video), args.max_seconds, args.max_side)
     if own_audio is None:
         raise ValueError(f"--video '{args.video}' has no audio track; TrainAvatar needs the person's own speech")
-    faces, _, _ = timer.run("align", FaceAlign().align, uint8_to_image(frames), fps, backend=args.backend)
+    faces, _ = timer.run("align", _align_frames, frames, fps, backend=args.backend)
     out = timer.run("train", TrainAvatar().train, faces, to_comfy_audio(*own_audio), name=args.name,
                     steps=args.steps, time_budget_minutes=args.minutes, device=args.device, resume=not args.restart)
     avatar, report = out["result"]
+    warnings = [line.removeprefix("warning: ") for line in report.splitlines() if line.startswith("warning:")]
     return {"outputs": [str(getattr(avatar, "path", getattr(avatar, "directory", "")))],
-            "backend": f"torch-{args.device}", "timings": timer.seconds, "report": report}
+            "backend": f"torch-{args.device}", "timings": timer.seconds, "report": report, "warnings": warnings}
 
 
 def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     """The main job: voice clip + face + text -> lip-synced MP4 in the cloned voice."""
     from .nodes.voice_nodes import TRT_TTS
+    from .preflight import check_run_args
 
     timer = StageTimer()
+    text = timer.run("preflight", check_run_args, args)  # every input checked before any heavy work
     if getattr(args, "speaker", None):  # a saved speaker (`embed`, or a batch's shared voice fit)
         from .voice.speaker import SpeakerProfile
 
@@ -241,7 +301,6 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         embed_report = {"backend": f"saved speaker {Path(args.speaker).name}"}
     else:
         speaker, embed_report = _speaker_from_clip(timer, args)
-    text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     speech = timer.run("tts", TRT_TTS()._synthesize, text, speaker, language=args.language, speed=args.speed,
                        strength=1.0, base_voice="auto", backend=args.backend, precision="auto")
     report, fps, reports = _animate_to(timer, args, speech.waveform, speech.sample_rate)
@@ -251,6 +310,23 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
             "timings": timer.seconds, "audio_seconds": round(speech.audio_seconds, 3),
             "rtf": round(total / speech.audio_seconds, 3), "frames": report.probe.frame_count, "fps": fps,
             "voice": speech.voice, "warnings": speech.warnings}
+
+
+def _progress_bar(label: str, total: int) -> Callable[[int, int], None]:
+    """A progress line on stderr for long work (a terminal only; logs and pipes stay quiet)."""
+    if not sys.stderr.isatty() or total <= 0:
+        return lambda done, _total: None
+    last = [-1]
+
+    def show(done: int, _total: int) -> None:
+        percent = int(100 * done / max(total, 1))
+        if percent != last[0]:
+            last[0] = percent
+            filled = percent // 4
+            print(f"\r{label} [{'#' * filled}{'.' * (25 - filled)}] {percent:3d}% ({done}/{total})",
+                  end="\n" if done >= total else "", file=sys.stderr, flush=True)
+
+    return show
 
 
 def _loaded(prefix: str) -> str:
@@ -264,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="digital-human", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    def max_side(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--max-side", type=int, default=1920,
+                       help="scale the photo/video down to at most this many px on its longest side (0 = source size)")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="print one JSON report as the last line")
@@ -309,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     align.add_argument("--expand", type=float, default=0.35)
     align.add_argument("--face-index", type=int, default=0)
     align.add_argument("--max-seconds", type=float, default=60.0)
+    max_side(align)
     align.set_defaults(func=_cmd_align)
 
     mux = sub.add_parser("mux", help="frames (video/photo) + audio -> MP4 (H.264 + AAC), probed")
@@ -319,9 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
     mux.add_argument("--out", required=True)
     mux.add_argument("--format", default="mp4", choices=["mp4", "webm"])
     mux.add_argument("--crf", type=int)
-    mux.add_argument("--length-mode", default="pad_audio",
-                     choices=["pad_audio", "hold_last_frame", "trim", "stretch_none"])
+    mux.add_argument("--length-mode", choices=["pad_audio", "hold_last_frame", "trim", "stretch_none"],
+                     help="default: hold_last_frame for a photo (the photo covers the audio), pad_audio for a "
+                          "video (the video is the master)")
     mux.add_argument("--max-seconds", type=float, default=600.0)
+    max_side(mux)
     mux.set_defaults(func=_cmd_mux)
 
     def face_args(p: argparse.ArgumentParser) -> None:
@@ -330,7 +413,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--fps", type=float, help="output fps (default: the video's, 25 for a photo)")
         p.add_argument("--smooth", type=float, default=0.5, help="TemporalSmooth strength (0 = off)")
         p.add_argument("--max-seconds", type=float, default=60.0, help="reference video seconds to read")
+        p.add_argument("--face-index", type=int, default=0, help="which face when there are several: 0 = the "
+                       "largest, 1 = the next largest, ...")
         p.add_argument("--out", required=True, help="output .mp4")
+        max_side(p)
         p.add_argument("--render", default="headless", choices=["headless", "nodes"],
                        help="headless: paste-back and smoothing in torch (on the GPU when there is one), frames "
                             "streamed to the encoder; nodes: the ComfyUI node chain (same frames to rounding)")
@@ -350,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     train.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
     train.add_argument("--max-seconds", type=float, default=300.0)
+    max_side(train)
     train.set_defaults(func=_cmd_train_avatar)
 
     run = sub.add_parser("run", help="the main job: text + voice clip + face -> talking MP4")
@@ -419,12 +506,19 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         report = args.func(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        # Clear, actionable messages come from the nodes; no traceback for user errors.
+    except (ValueError, OSError, RuntimeError) as exc:
+        # Clear, actionable messages come from the nodes; no traceback for user errors. OSError covers
+        # files the run could not write (a full disk, a folder that became unwritable mid-run).
+        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+            exc = OSError(f"could not read or write a file: {exc}. Check the paths and that the output folder "
+                          "is writable and has free space.")
         print(f"error: {exc}", file=sys.stderr)
         if getattr(args, "json", False):
             print(json.dumps({"ok": False, "error": str(exc)}))
         return 2
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():  # peak GPU memory of this command (benchmarks/memory.py)
+        report["gpu_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     if getattr(args, "json", False):
         print(json.dumps({"ok": True, **report}, default=str))
     else:

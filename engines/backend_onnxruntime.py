@@ -1,10 +1,11 @@
 """ONNX Runtime backend (CUDA or CPU execution provider)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -30,7 +31,23 @@ def available_providers() -> list[str]:
 
 
 def cuda_available() -> bool:
-    return "CUDAExecutionProvider" in available_providers()
+    """ONNX Runtime's CUDA provider is installed AND may work here: an NVIDIA driver is present and
+    ComfyUI was not started with --cpu (onnxruntime-gpu lists the provider on any machine)."""
+    from .devices import gpu_allowed
+
+    return "CUDAExecutionProvider" in available_providers() and gpu_allowed()
+
+
+@contextlib.contextmanager
+def _quiet_ort_logging(ort: Any) -> Iterator[None]:
+    """Silence ONNX Runtime's process-wide logger while a CUDA session is tried: when the CUDA or cuDNN
+    libraries are missing it prints red ERROR lines although we fall back cleanly (the reason is
+    still raised, and the loader logs it at debug level). 2 (warning) is ONNX Runtime's default."""
+    ort.set_default_logger_severity(4)
+    try:
+        yield
+    finally:
+        ort.set_default_logger_severity(2)
 
 
 class OnnxRuntimeRunner(Runner):
@@ -80,12 +97,17 @@ def load(spec: ModelSpec, device: str, precision: str, threads: int | None = Non
     options.log_severity_level = 3
     if device == "cuda":
         if not cuda_available():
-            raise RuntimeError("onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)")
+            raise RuntimeError("onnxruntime cannot use CUDA here (needs onnxruntime-gpu and an NVIDIA driver; "
+                               "ComfyUI's --cpu turns it off)")
         providers: list[Any] = [("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}),
                                 "CPUExecutionProvider"]
     else:
         providers = ["CPUExecutionProvider"]
-    session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    if device == "cuda":
+        with _quiet_ort_logging(ort):
+            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    else:
+        session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
     if device == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
         raise RuntimeError("onnxruntime could not create a CUDA session (CUDA/cuDNN libraries missing?)")
     graph_precision = "int8" if use_cpu_graph else "fp32"

@@ -215,11 +215,12 @@ class TensorRTRunner(Runner):
 def load(spec: ModelSpec, device: str, precision: str) -> TensorRTRunner:
     if device != "cuda":
         raise RuntimeError("TensorRT needs an NVIDIA GPU")
-    trt = import_tensorrt()
-    import torch
+    from .devices import torch_cuda_usable
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("TensorRT backend needs torch with CUDA for its buffers")
+    if not torch_cuda_usable():  # before importing tensorrt: nothing is probed on a CPU-only run
+        raise RuntimeError("TensorRT backend needs torch with CUDA for its buffers (none here, or ComfyUI "
+                           "runs with --cpu)")
+    trt = import_tensorrt()
     resolved = "fp32" if precision == "fp32" else "fp16"
     start = time.perf_counter()
     path = engine_path_for(spec, resolved, str(trt.__version__), compute_capability())

@@ -18,11 +18,10 @@ MAX_CUDA_GRAPHS = 8  # one captured graph per distinct input-shape signature; bo
 
 
 def cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+    """torch sees a CUDA device and ComfyUI was not started with --cpu."""
+    from .devices import torch_cuda_usable
+
+    return torch_cuda_usable()
 
 
 def build_module(spec: ModelSpec) -> Any:
@@ -129,8 +128,8 @@ def load(spec: ModelSpec, device: str, precision: str, use_cuda_graphs: bool = T
     import torch
 
     start = time.perf_counter()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("torch reports no CUDA device")
+    if device == "cuda" and not cuda_available():
+        raise RuntimeError("torch reports no CUDA device (or ComfyUI runs with --cpu)")
     # FP16 only pays off (and is only well supported) on the GPU; CPU stays FP32.
     resolved = precision if precision in ("fp16", "fp32") else (spec.torch_auto_precision if device == "cuda" else "fp32")
     if device == "cpu":

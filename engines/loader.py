@@ -26,6 +26,7 @@ PRECISIONS = ("auto", "fp16", "fp32")
 
 
 def cuda_device_available() -> bool:
+    """A CUDA backend may run here (GPU present and allowed: ComfyUI's --cpu says no)."""
     return backend_torch.cuda_available() or backend_onnxruntime.cuda_available()
 
 
@@ -42,7 +43,8 @@ def candidate_order(backend: str, has_cuda: bool) -> list[tuple[str, str]]:
         return gpu + [("onnxruntime", "cpu"), ("torch", "cpu")]
     if backend == "tensorrt":
         # An explicit TensorRT request still gets a working (announced) fallback rather than a dead node.
-        return [("tensorrt", "cuda"), ("torch", "cuda"), ("onnxruntime", "cuda"), ("onnxruntime", "cpu")]
+        gpu_rest = [("torch", "cuda"), ("onnxruntime", "cuda")] if has_cuda else []
+        return [("tensorrt", "cuda")] + gpu_rest + [("onnxruntime", "cpu")]
     if backend == "torch":
         return ([("torch", "cuda")] if has_cuda else []) + [("torch", "cpu")]
     return ([("onnxruntime", "cuda")] if has_cuda else []) + [("onnxruntime", "cpu")]
@@ -121,13 +123,13 @@ class EngineLoader:
                     # does not (another model may be freed), so that backend is tried again next time
                     if not (isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()):
                         self._failed[key] = reason
-                    log.warning("[digital_human] %s could not load on %s (%s); trying the next backend",
-                                spec.name, f"{name}-{device}", exc)
+                    # details for whoever debugs a backend; the user gets one line below
+                    log.debug("[digital_human] %s could not load on %s (%s); trying the next backend",
+                              spec.name, f"{name}-{device}", exc)
                     continue
                 runner.info.fallback_from = tried
                 runner.info.cache_key = runner.info.cache_key or key
-                if tried:
-                    log.warning("[digital_human] %s runs on %s after fallback", spec.name, runner.info.backend)
+                _announce(spec, runner, backend, tried)
                 size = _estimate_bytes(spec) if runner.info.device == "cuda" else 0
                 self._runners[key] = (runner, size, stage)
                 self.load_count += 1
@@ -173,6 +175,19 @@ class EngineLoader:
 
     def loaded(self) -> list[str]:
         return [runner.info.summary() for runner, _, _ in self._runners.values()]
+
+
+def _announce(spec: ModelSpec, runner: Runner, requested: str, tried: list[str]) -> None:
+    """One short line per load saying which backend runs the model. A warning only when the user
+    asked for a backend by name and got another; `auto` falling through to what this machine has is
+    the expected path (the reasons are in the debug log)."""
+    ran = f"{runner.info.backend} {runner.info.precision}"
+    skipped = ", ".join(reason.split(":", 1)[0] for reason in tried)
+    if requested != "auto" and not runner.info.backend.startswith(requested):
+        log.warning("[digital_human] %s: %s asked for but not available here (tried %s); running on %s "
+                    "(-v for why)", spec.name, requested, skipped, ran)
+    else:
+        log.info("[digital_human] %s runs on %s%s", spec.name, ran, f" (not available: {skipped})" if skipped else "")
 
 
 def _estimate_bytes(spec: ModelSpec) -> int:

@@ -27,8 +27,8 @@ class RunnerInfo:
 
     def summary(self) -> str:
         text = f"{self.model}: {self.backend} {self.precision} on {self.device}"
-        if self.fallback_from:
-            text += " (fallback after: " + "; ".join(self.fallback_from) + ")"
+        if self.fallback_from:  # backend names only: the reasons are long and live in the debug log
+            text += " (fallback after: " + ", ".join(r.split(":", 1)[0] for r in self.fallback_from) + ")"
         return text
 
 

@@ -128,7 +128,10 @@ class VideoFrames:
                 self._cache.move_to_end(t)
                 return hit
             if self._proc is None or t < self._pos or t - self._pos > SEEK_AHEAD_FRAMES:
-                self._start(t)
+                # going backwards (a ping-pong schedule) one frame at a time would seek for every
+                # frame: seek to a run of frames before t instead and keep them all
+                backwards = self._proc is not None and t < self._pos
+                self._start(max(0, t - self._cache_frames // 2) if backwards else t)
             while self._pos <= t:
                 buf = np.empty((self.height, self.width, 3), np.uint8)
                 if not _read_exact(self._proc.stdout, buf):

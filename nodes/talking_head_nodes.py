@@ -84,6 +84,7 @@ class TRT_TalkingHead:
             progress = progress or Progress(total, "TalkingHead")
             progress.update(done - progress.done)
 
+        _check_output_memory(faces, wave, rate, fps)
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, phase_progress(report_progress, 0), interrupted)
         result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
@@ -91,6 +92,24 @@ class TRT_TalkingHead:
             log.warning("TRT_TalkingHead: %s", warning)
         report = result.summary()
         return {"ui": {"text": [report]}, "result": (uint8_to_image(result.frames), result.track, report)}
+
+
+def _check_output_memory(faces: Any, wave: Any, rate: int, fps: float) -> None:
+    """TRT_TalkingHead returns every output frame as a float IMAGE (plus a uint8 copy while pasting)."""
+    import math
+
+    import numpy as np
+
+    from .memory_guard import image_bytes, require_memory
+
+    frames = getattr(faces, "frames", None)
+    if frames is None or not fps or fps <= 0 or not rate:
+        return
+    height, width = frames.shape[1:3]
+    n_out = math.ceil(np.asarray(wave).shape[-1] / float(rate) * fps)
+    require_memory(image_bytes(n_out, height, width) + image_bytes(n_out, height, width, 1), "TRT_TalkingHead",
+                   f"{n_out} output frames of {width}x{height}", "shorten the speech, lower the reference size "
+                   "(LoadReferenceVideo's max_side) or use Talking Head to Video, which streams frames to the file")
 
 
 class TalkingHeadVideo:
@@ -140,11 +159,12 @@ class TalkingHeadVideo:
             return lambda done, total: progress.update(share_start + share * done // max(total, 1) - progress.done)
 
         path, subfolder = next_output_path(filename_prefix, format)  # a bad prefix fails before any work
+        # crops are made chunk by chunk while the video is encoded: memory does not grow with the length
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
-                              backend, precision, avatar, report_progress(0, 40), interrupted)
+                              backend, precision, avatar, None, interrupted, streaming=True)
         result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro",
                                       smooth_strength=smooth_strength, fmt=format, crf=crf,
-                                      progress=report_progress(40, 60), should_stop=interrupted)
+                                      progress=report_progress(0, 100), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TalkingHeadVideo: %s", warning)
         report = "\n".join([f"{gen.model} ({gen.backend}): {len(gen)} frames generated", result.summary(),
@@ -203,7 +223,10 @@ class TrainAvatar:
         avatar = train_avatar(faces, wave, rate, name, steps=steps, time_budget_s=time_budget_minutes * 60.0,
                               device=device, resume=resume, seed=seed, progress=on_step,
                               should_stop=interrupted, status=status_lines.append)
-        report = "\n".join([avatar.summary() if hasattr(avatar, "summary") else str(avatar)] + status_lines[-5:])
+        # every warning (e.g. a budget too short for a usable avatar) plus the last few status lines
+        warnings = [line for line in status_lines if line.startswith("warning:")]
+        recent = [line for line in status_lines[-5:] if line not in warnings]
+        report = "\n".join([avatar.summary() if hasattr(avatar, "summary") else str(avatar)] + warnings + recent)
         return {"ui": {"text": [report]}, "result": (avatar, report)}
 
 

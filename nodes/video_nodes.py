@@ -31,8 +31,14 @@ class LoadReferenceVideo:
         return {"required": {
             "video_file": (list_input_files(VIDEO_EXTENSIONS) or [""], {"video_upload": True}),
             "max_seconds": ("FLOAT", {"default": 60.0, "min": 0.1, "max": 3600.0, "step": 1.0}),
-            "max_side": ("INT", {"default": 1280, "min": 128, "max": 4096, "step": 16,
+            "max_side": ("INT", {"default": 1024, "min": 128, "max": 4096, "step": 16,
                                  "tooltip": "Downscale so the longer side is at most this (saves memory)."}),
+        }, "optional": {
+            "frame_load_cap": ("INT", {"default": 600, "min": 1, "max": 100000,
+                                       "tooltip": "Load at most this many frames. Frames are ComfyUI IMAGEs held in "
+                                       "memory (1024 px: ~7 MB each as float); the defaults fit a 16 GB machine. "
+                                       "For long or large videos use the CLI / Talking Head to Video path, which "
+                                       "streams frames."}),
         }}
 
     RETURN_TYPES = ("IMAGE", "AUDIO", "FLOAT", "STRING")
@@ -48,9 +54,10 @@ class LoadReferenceVideo:
             return str(exc)
         return True
 
-    def load(self, video_file: str, max_seconds: float = 60.0, max_side: int = 1280):
+    def load(self, video_file: str, max_seconds: float = 60.0, max_side: int = 1024, frame_load_cap: int = 600):
         from ..audio import to_comfy_audio
         from ..media.probe import probe_media, read_video_audio, read_video_frames
+        from .memory_guard import image_bytes, require_memory
 
         path = resolve_input_file(video_file, "video_file")
         info = probe_media(path)
@@ -58,7 +65,12 @@ class LoadReferenceVideo:
             raise ValueError(f"video_file '{video_file}' has no video stream")
         scale = min(1.0, max_side / max(info.width, info.height))
         size = None if scale >= 1.0 else (int(round(info.width * scale / 2)) * 2, int(round(info.height * scale / 2)) * 2)
-        max_frames = max(1, int(round(max_seconds * (info.fps or 25.0))))
+        max_frames = min(int(frame_load_cap), max(1, int(round(max_seconds * (info.fps or 25.0)))))
+        count = min(max_frames, info.frame_count or max_frames)
+        width, height = size or (info.width, info.height)
+        # the uint8 frames while decoding + the float IMAGE this node returns
+        require_memory(image_bytes(count, height, width, 1) + image_bytes(count, height, width), "LoadReferenceVideo",
+                       f"{count} frames of {width}x{height}", "lower max_seconds, frame_load_cap or max_side")
         frames, fps = read_video_frames(path, max_frames=max_frames, size=size)
         audio_out = None
         notes = [f"{path.name}: {len(frames)} frames {frames.shape[2]}x{frames.shape[1]} @ {fps:g} fps"]
@@ -122,6 +134,13 @@ class FaceAlign:
             face_detector = insightface_detector(detector.split(":", 1)[1], backend=backend)
         elif detector != "mediapipe":
             raise ValueError(f"detector must be mediapipe or insightface:<pack>, got '{detector}'")
+        from .memory_guard import image_bytes, require_memory
+
+        if hasattr(image, "shape") and len(image.shape) == 4:  # the uint8 copy and the crops
+            n, height, width = (int(v) for v in image.shape[:3])
+            require_memory(image_bytes(n, height, width, 1) + image_bytes(n, crop_size, crop_size, 1) * 2, "FaceAlign",
+                           f"{n} frames of {width}x{height}", "load fewer or smaller frames (LoadReferenceVideo's "
+                           "max_seconds / frame_load_cap / max_side)")
         frames = image_to_uint8(image, "image")
         progress = Progress(len(frames), "FaceAlign")
         track = align_faces(frames, fps, crop_size=int(crop_size), expand=expand, face_index=face_index,
@@ -161,6 +180,13 @@ class TemporalSmooth:
                faces: Any = None):
         from ..media.smoothing import smooth_frames
 
+        from .memory_guard import image_bytes, require_memory
+
+        if hasattr(images, "shape") and len(images.shape) == 4:
+            n, height, width = (int(v) for v in images.shape[:3])
+            require_memory(image_bytes(n, height, width), "TemporalSmooth", f"a copy of {n} frames of {width}x{height}",
+                           "shorten the speech or lower the reference size (LoadReferenceVideo's max_side), or use "
+                           "Talking Head to Video, which streams frames")
         # The output is a new IMAGE (inputs must not change); torch's clone copies with all threads.
         frames = (images.detach().cpu().float().clone().numpy() if hasattr(images, "detach")
                   else np.array(images, np.float32))
@@ -180,8 +206,10 @@ class TemporalSmooth:
         progress = Progress(len(frames), "TemporalSmooth")
         import torch
 
+        from ..engines.devices import torch_cuda_usable
+
         # on a GPU the per-frame filter steps are microseconds; on the CPU numpy runs row bands on threads
-        device = "cuda" if torch.cuda.is_available() else None
+        device = "cuda" if torch_cuda_usable() else None
         # in place on `box` (already this node's own copy): one less box-sized allocation, which on a
         # minute of video is ~0.6 GB of fresh pages
         def run(on: str | None) -> np.ndarray:

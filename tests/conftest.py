@@ -5,10 +5,13 @@ checkout directory's own name cannot be relied on; register it under the pip nam
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +19,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("DIGITAL_HUMAN_DATA", ROOT.parent / "shared" / "data"))
+
+# Tests write only into temporary folders. Outside ComfyUI the nodes' output folder (and its temp/, where
+# TRT_TTS leaves dh_tts_*.wav) defaults to ./output - the repository when pytest runs from its root. Set
+# at import, before any test runs, so CLI subprocesses inherit it too; tests that need their own folder
+# still monkeypatch it.
+_TEST_OUTPUT = Path(tempfile.mkdtemp(prefix="dh_test_output_"))
+os.environ["DIGITAL_HUMAN_OUTPUT_DIR"] = str(_TEST_OUTPUT)
+atexit.register(shutil.rmtree, _TEST_OUTPUT, True)
 
 if "digital_human" not in sys.modules:
     spec = importlib.util.spec_from_file_location(

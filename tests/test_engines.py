@@ -242,3 +242,99 @@ def test_tensorrt_rebuilds_when_cached_engine_fails_to_deserialize(tiny_spec, tm
 def test_tensorrt_import_error_says_how_to_install():
     with pytest.raises(RuntimeError, match="TensorRT is not installed"):
         backend_tensorrt.import_tensorrt()
+
+
+# --- quiet backend probing (issues 18, 19) -------------------------------------------------------------
+def _fake_comfy(monkeypatch, cpu: bool, with_cpu_mode: bool = True) -> None:
+    """ComfyUI's comfy.model_management as 0.3.64 exposes it: cpu_mode() and cpu_state (CPUState enum)."""
+    import enum
+    import sys
+    import types
+
+    state = enum.Enum("CPUState", "GPU CPU MPS")
+    mm = types.ModuleType("comfy.model_management")
+    mm.cpu_state = state.CPU if cpu else state.GPU
+    if with_cpu_mode:
+        mm.cpu_mode = lambda: mm.cpu_state == state.CPU
+    monkeypatch.setitem(sys.modules, "comfy.model_management", mm)
+
+
+@pytest.mark.parametrize("with_cpu_mode", [True, False])
+def test_comfy_cpu_flag_turns_every_gpu_backend_off(monkeypatch, tiny_spec, with_cpu_mode):
+    from digital_human.engines import backend_onnxruntime, backend_torch, devices
+
+    monkeypatch.setattr(devices, "nvidia_driver_present", lambda: True)  # as on a GPU machine
+    monkeypatch.setattr(backend_onnxruntime, "available_providers", lambda: ["CUDAExecutionProvider",
+                                                                             "CPUExecutionProvider"])
+    _fake_comfy(monkeypatch, cpu=False, with_cpu_mode=with_cpu_mode)
+    assert not devices.comfy_cpu_mode() and backend_onnxruntime.cuda_available()
+    _fake_comfy(monkeypatch, cpu=True, with_cpu_mode=with_cpu_mode)
+    assert devices.comfy_cpu_mode()
+    assert not backend_onnxruntime.cuda_available() and not backend_torch.cuda_available()
+    assert not loader_mod.cuda_device_available() and not devices.torch_cuda_usable()
+    fresh = loader_mod.EngineLoader()
+    tried = []
+
+    def record(spec, backend, device, precision):
+        tried.append(f"{backend}-{device}")
+        return _RecordingRunner(RunnerInfo(spec.name, f"{backend}-{device}", device, "fp32"))
+
+    fresh._loader = record
+    assert fresh.get(tiny_spec).backend == "onnxruntime-cpu" and tried == ["onnxruntime-cpu"]
+
+
+def test_cpu_only_machine_tries_no_gpu_backend(tiny_spec, caplog):
+    """Without an NVIDIA driver nothing GPU is probed, so nothing fails: one info line says what runs."""
+    import logging
+
+    from digital_human.engines import devices
+
+    if devices.nvidia_driver_present():
+        pytest.skip("this machine has an NVIDIA driver")
+    with caplog.at_level(logging.DEBUG, logger="digital_human.engines"):
+        runner = loader_mod.EngineLoader().get(tiny_spec)
+    assert runner.backend == "onnxruntime-cpu" and runner.info.fallback_from == []
+    lines = [r for r in caplog.records if "tiny" in r.getMessage()]
+    assert [r.levelname for r in lines] == ["INFO"] and "runs on onnxruntime-cpu" in lines[0].getMessage()
+
+
+def test_fallback_reasons_go_to_debug_and_one_line_says_what_ran(tiny_spec, caplog):
+    import logging
+
+    fresh, _ = _loader_where_tensorrt_fails("TensorRT is not installed (pip install tensorrt-cu12 ...)")
+    with caplog.at_level(logging.DEBUG, logger="digital_human.engines"):
+        runner = fresh.get(tiny_spec)
+    by_level = {r.levelname: r.getMessage() for r in caplog.records}
+    assert "pip install tensorrt-cu12" in by_level["DEBUG"] and "WARNING" not in by_level
+    assert by_level["INFO"].endswith("runs on torch-cuda fp32 (not available: tensorrt-cuda)")
+    assert runner.info.summary() == "tiny: torch-cuda fp32 on cuda (fallback after: tensorrt-cuda)"
+    caplog.clear()
+    fresh, _ = _loader_where_tensorrt_fails("TensorRT is not installed")
+    with caplog.at_level(logging.DEBUG, logger="digital_human.engines"):  # asked by name and not given: a warning
+        fresh.get(tiny_spec, backend="tensorrt")
+    assert any(r.levelname == "WARNING" and "tensorrt asked for" in r.getMessage() for r in caplog.records)
+
+
+def test_onnxruntime_cuda_probe_prints_no_errors(tiny_spec):
+    """Where onnxruntime-gpu is installed but CUDA's libraries are not (this CPU machine), trying the CUDA
+    provider must fail quietly: ONNX Runtime's red ERROR/WARNING lines are silenced, the reason raised."""
+    import subprocess
+    import sys
+
+    import onnxruntime
+
+    from digital_human.engines import devices
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers() or devices.nvidia_driver_present():
+        pytest.skip("needs onnxruntime-gpu on a machine without CUDA")
+    code = (
+        "import sys, digital_human.engines.devices as d, digital_human.engines.backend_onnxruntime as b\n"
+        "from digital_human.engines.spec import ModelSpec\n"
+        "d.nvidia_driver_present = lambda: True\n"
+        f"spec = ModelSpec(name='tiny', onnx_path={str(tiny_spec.onnx_path)!r})\n"
+        "try:\n    b.load(spec, 'cuda', 'auto')\nexcept RuntimeError as e:\n    print('refused:', e)\n"
+        "print(b.load(spec, 'cpu', 'auto').info.backend)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "refused: onnxruntime could not create a CUDA session" in proc.stdout and "onnxruntime-cpu" in proc.stdout
+    assert "onnxruntime" not in proc.stderr.lower() and "cuda" not in proc.stderr.lower(), proc.stderr[-2000:]

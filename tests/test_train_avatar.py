@@ -373,3 +373,42 @@ def test_shape_loss_trains_its_head_and_resumes(one_thread, tmp_path):
     fit_clone(data, TINY, steps=2, device="cpu", batch_size=4, seed=0, checkpoint_path=ckpt, shape_weight=0.0,
               status=said.append)
     assert "checkpoint is for other footage or settings; starting fresh" in said
+
+
+def test_budget_too_short_for_a_usable_avatar_warns_with_the_time_needed(one_thread, caplog):
+    """A budget that cannot reach MIN_USABLE_STEPS (the step count after which the measured CPU curve beat
+    the still frame) is said at the speed estimate, with the minutes it would need, and reaches the node's
+    report; a run long enough says nothing."""
+    from digital_human.engines.talking_head.train_avatar import (MIN_USABLE_STEPS, fit_clone,
+                                                                 short_training_warning)
+
+    data, _ = _synthetic_data(TINY, n=30)
+    said: list[str] = []
+    fit = fit_clone(data, TINY, steps=5000, time_budget_s=1.0, device="cpu", batch_size=2, status=said.append)
+    warnings = [s for s in said if s.startswith("warning: ")]
+    assert fit.steps < MIN_USABLE_STEPS["cpu"] and len(warnings) == 1, said
+    assert f"needs at least {MIN_USABLE_STEPS['cpu']}" in warnings[0] and "min of training" in warnings[0]
+    per_step = fit.seconds / fit.steps
+    text = short_training_warning(100, "cpu", per_step, "the time budget")
+    minutes = float(text.split("that is about ")[1].split(" min")[0])
+    assert minutes == pytest.approx(max(MIN_USABLE_STEPS["cpu"] * per_step / 60, 0.1), abs=0.051)
+    assert short_training_warning(MIN_USABLE_STEPS["cpu"], "cpu", per_step, "x") is None
+    assert short_training_warning(MIN_USABLE_STEPS["cpu"], "cuda", 0.02, "x") is not None  # the GPU needs more
+
+
+def test_train_avatar_node_report_carries_the_warning(clip, monkeypatch):
+    from digital_human.audio import to_comfy_audio
+    from digital_human.engines.talking_head import train_avatar as ta
+    from digital_human.nodes.talking_head_nodes import TrainAvatar
+
+    track, wave, sr = clip
+    monkeypatch.setattr(ta, "GPU_CONFIG", TINY)
+    monkeypatch.setattr(ta, "CPU_CONFIG", TINY)
+    monkeypatch.setattr(ta, "MIN_SECONDS", 0.5)
+    monkeypatch.setattr(ta.train_avatar, "__kwdefaults__", {**ta.train_avatar.__kwdefaults__, "min_seconds": 0.5})
+    out = TrainAvatar().train(track, to_comfy_audio(wave[0], sr), name="tiny_warn", steps=20,
+                              time_budget_minutes=0.05, device="cpu", resume=False)
+    avatar, report = out["result"]
+    warning = [line for line in report.splitlines() if line.startswith("warning: ")]
+    assert len(warning) == 1 and f"allows about {avatar.meta['steps']} training steps on cpu" in warning[0], report
+    assert "needs at least 400" in warning[0] and out["ui"]["text"] == [report]

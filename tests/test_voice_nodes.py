@@ -97,6 +97,11 @@ def test_cli_speak_writes_nonsilent_wav(tmp_path, setup_models):
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["ok"] and report["outputs"] == [str(out)] and report["backend"].startswith("onnxruntime")
     assert {"tts", "tts.synthesis"} <= set(report["timings"])
+    # quiet backend probing: no ONNX Runtime errors about CUDA, no fallback story in the status, one line
+    # per model saying what ran (on this CPU machine; a GPU machine may show its own backend)
+    assert "onnxruntime:" not in proc.stderr and "ERROR" not in proc.stderr, proc.stderr[-2000:]
+    assert not any(w.startswith("backend fallback") for w in report["warnings"])
+    assert len([line for line in proc.stderr.splitlines() if "kokoro-82m-fp32 runs on" in line]) == 1
     wave, rate = sf.read(out, dtype="float32")
     words = 18  # as spoken: "the train leaves at seven fifteen ... twelve dollars and fifty cents"
     assert rate == 24000 and 0.15 * words < len(wave) / rate < 0.6 * words

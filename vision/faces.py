@@ -72,6 +72,15 @@ class FaceTrack:
     def __len__(self) -> int:
         return len(self.frames)
 
+    def subset(self, indices) -> "FaceTrack":
+        """A track of frames `indices` only, in memory (previews, a few frames of a long video)."""
+        idx = np.asarray(indices, np.int64)
+        return FaceTrack(frames=np.asarray(self.frames[idx]), fps=self.fps, crop_size=self.crop_size,
+                         found=self.found[idx], boxes=self.boxes[idx], landmarks=self.landmarks[idx],
+                         affines=self.affines[idx], presence=self.presence[idx], crops=np.asarray(self.crops[idx]),
+                         interpolated_count=int(np.count_nonzero(~self.found[idx])), warnings=list(self.warnings),
+                         face_index=self.face_index, expand=self.expand, max_faces_seen=self.max_faces_seen)
+
     def crop_landmarks(self) -> np.ndarray:
         """[N, 468, 2] landmarks in crop pixels."""
         return apply_affines(self.landmarks[..., :2], self.affines).astype(np.float32)

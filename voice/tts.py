@@ -114,11 +114,9 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
     runner = loader.get(kokoro_model_spec("fp32"), backend=backend, precision=precision, stage="voice")
     timings["load"] = time.perf_counter() - start
     vocab = kokoro_assets().vocab
-    # Falling back from a GPU backend on a GPU machine deserves a warning; on a CPU-only machine it is
-    # the expected path (the report still names the backend that ran).
+    # Which backend ran is in the report (result.backend); the loader logged one line about it and the
+    # fallback reasons at debug level, so they do not repeat in every status line.
     warnings: list[str] = []
-    if runner.info.fallback_from and loader.cuda_device_available():
-        warnings.append(f"backend fallback: {runner.info.summary()}")
     pieces: list[np.ndarray] = []
     start = time.perf_counter()
     for index, chunk in enumerate(chunks):

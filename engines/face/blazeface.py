@@ -13,13 +13,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..spec import ModelSpec, TensorProfile
+from .specs import DETECTOR_INPUT_NAME, DETECTOR_INPUT_SIZE, DETECTOR_OUTPUT_NAMES, face_detector_spec  # noqa: F401 (re-exported)
 from .tflite_reader import UnsupportedTflite, export_onnx, load_tflite_module
 
-INPUT_SIZE = 128
 NUM_ANCHORS = 896
-INPUT_NAME = "input"
-OUTPUT_NAMES = ["regressors", "classificators"]
+INPUT_SIZE, INPUT_NAME, OUTPUT_NAMES = DETECTOR_INPUT_SIZE, DETECTOR_INPUT_NAME, DETECTOR_OUTPUT_NAMES
 
 
 class FaceDetectorNet(nn.Module):
@@ -43,16 +41,3 @@ def export_face_detector(tflite_path: Path, onnx_path: Path) -> float:
     """Write the detector ONNX; returns max |ONNX - torch| (expected ~1e-5)."""
     return export_onnx(FaceDetectorNet(tflite_path).eval(), (1, INPUT_SIZE, INPUT_SIZE, 3), onnx_path,
                        INPUT_NAME, OUTPUT_NAMES)
-
-
-def face_detector_spec() -> ModelSpec:
-    """The installed face detector for `engines.loader.get` (torch backend uses the native port)."""
-    from .mediapipe_assets import face_model_paths
-
-    paths = face_model_paths()
-    shape = (1, INPUT_SIZE, INPUT_SIZE, 3)
-    return ModelSpec(
-        name="face_detector", onnx_path=paths["detector"],
-        profiles={INPUT_NAME: TensorProfile(shape, shape, (16, INPUT_SIZE, INPUT_SIZE, 3))},
-        torch_factory=lambda: FaceDetectorNet(paths["detector_tflite"]).eval(),
-        input_names=(INPUT_NAME,), output_names=tuple(OUTPUT_NAMES))

@@ -271,8 +271,7 @@ def engine_runner(spec: object, backend: str = "auto", precision: str = "auto") 
 def default_runners(backend: str = "auto", precision: str = "auto") -> tuple[Runner, Runner]:
     """(run_detector, run_mesh) on the installed models via the engine loader; raises with a setup
     hint if the models are absent."""
-    from .blazeface import face_detector_spec
-    from .facemesh import face_mesh_spec
+    from .specs import face_detector_spec, face_mesh_spec  # not via the torch ports: no torch import
 
     return (engine_runner(face_detector_spec(), backend, precision),
             engine_runner(face_mesh_spec(), backend, precision))

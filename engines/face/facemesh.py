@@ -12,13 +12,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..spec import ModelSpec, TensorProfile
+from .specs import MESH_INPUT_NAME, MESH_INPUT_SIZE, MESH_OUTPUT_NAMES, face_mesh_spec  # noqa: F401 (re-exported)
 from .tflite_reader import UnsupportedTflite, export_onnx, load_tflite_module
 
-INPUT_SIZE = 192
 NUM_LANDMARKS = 468
-INPUT_NAME = "input"
-OUTPUT_NAMES = ["landmarks", "face_flag"]
+INPUT_SIZE, INPUT_NAME, OUTPUT_NAMES = MESH_INPUT_SIZE, MESH_INPUT_NAME, MESH_OUTPUT_NAMES
 
 
 class FaceMeshNet(nn.Module):
@@ -42,16 +40,3 @@ def export_face_mesh(tflite_path: Path, onnx_path: Path) -> float:
     """Write the face-mesh ONNX; returns max |ONNX - torch| (expected ~1e-4 on 0..192 px outputs)."""
     return export_onnx(FaceMeshNet(tflite_path).eval(), (1, INPUT_SIZE, INPUT_SIZE, 3), onnx_path,
                        INPUT_NAME, OUTPUT_NAMES)
-
-
-def face_mesh_spec() -> ModelSpec:
-    """The installed face mesh for `engines.loader.get` (torch backend uses the native port)."""
-    from .mediapipe_assets import face_model_paths
-
-    paths = face_model_paths()
-    shape = (1, INPUT_SIZE, INPUT_SIZE, 3)
-    return ModelSpec(
-        name="face_mesh", onnx_path=paths["mesh"],
-        profiles={INPUT_NAME: TensorProfile(shape, shape, (16, INPUT_SIZE, INPUT_SIZE, 3))},
-        torch_factory=lambda: FaceMeshNet(paths["mesh_tflite"]).eval(),
-        input_names=(INPUT_NAME,), output_names=tuple(OUTPUT_NAMES))

@@ -30,6 +30,9 @@ from ...vision.paste_torch import paste_boxes, paste_footprint
 from .driver import GeneratedCrops
 
 CHUNK_FRAMES = 32  # frames per GPU step / encoder write: a few tens of MB of uint8 at 512 px
+# at most this many bytes of float face boxes per chunk: a face that fills a 1920-px photo has a
+# ~1000-px box (12 MB a frame in float32), and the paste's temporaries are several times a chunk
+CHUNK_BOX_BYTES = 48 * 2**20
 
 
 @dataclass
@@ -153,9 +156,15 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
     chunk_frames = max(1, int(chunk_frames))
     rows, cols = paste_region(gen)
     has_box = rows.stop > rows.start and cols.stop > cols.start
+    box_bytes = (rows.stop - rows.start) * (cols.stop - cols.start) * 3 * 4
+    if has_box:
+        chunk_frames = max(1, min(chunk_frames, CHUNK_BOX_BYTES // box_bytes))
     y0, x0 = rows.start, cols.start
     smoothing = smooth_method != "none" and smooth_strength > 0 and n > 1 and has_box
-    smoother = StreamingSmoother(smooth_method, smooth_strength, gen.fps) if smoothing else None
+    # backward blocks as long as a chunk may be for this box (8..32 frames): fewer restarts of the
+    # backward pass for small faces, less held for large ones; never dependent on chunk_frames
+    block = int(np.clip(CHUNK_BOX_BYTES // max(box_bytes, 1), 8, 32))
+    smoother = StreamingSmoother(smooth_method, smooth_strength, gen.fps, block=block) if smoothing else None
     one_reference = len(np.unique(idx)) == 1  # a photo: one upload, then copies on the device
     base_frame = torch.from_numpy(np.ascontiguousarray(track.frames[int(idx[0])])).to(dev) if one_reference else None
 

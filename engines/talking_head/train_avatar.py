@@ -47,6 +47,12 @@ MOUTH_POINTS = (0, 13, 14, 17, 37, 39, 40, 61, 78, 80, 81, 82, 84, 87, 88, 91, 9
                 267, 269, 270, 291, 308, 310, 311, 312, 314, 317, 318, 321, 324, 375, 402, 405, 409, 415)
 GAP_PAIRS = ((81, 178), (82, 87), (13, 14), (312, 317), (311, 402))
 RIGID_POINTS = (33, 263, 133, 362, 168, 6, 197, 195, 5, 4, 1, 2, 98, 327, 116, 345, 9, 151)
+# Fewest steps after which a trained clone beat the still reference mouth (baseline (a)) on held-out
+# footage in the measured curves (benchmarks/RESULTS.md, "Training to the held-out target"): the CPU
+# config (128 px, batch 8) went from MLD +43% vs (a) at step 100 to -1.5% at step 400; the GPU config
+# (batch 32) was already -8.7% at its first checkpoint, step 800 (30 s on the H200). Fewer steps than
+# this save an avatar whose lower face is a blur, so TrainAvatar warns and says how long it would need.
+MIN_USABLE_STEPS = {"cpu": 400, "cuda": 800}
 DEFAULT_STEPS = 5000  # TrainAvatar / CLI default on CUDA: the length of the measured H200 runs (RESULTS.md)
 CPU_CONFIG = GeneratorConfig(crop_size=128, base_channels=16)  # ~16x cheaper than the 256-px default
 GPU_CONFIG = GeneratorConfig()
@@ -247,7 +253,9 @@ def resolve_device(device: str) -> str:
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        from ..devices import torch_cuda_usable
+
+        return "cuda" if torch_cuda_usable() else "cpu"  # ComfyUI's --cpu keeps training on the CPU
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' was asked for but torch sees no CUDA GPU; use 'auto' or 'cpu'")
     return device
@@ -413,7 +421,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     skipped = dead = bad_run = 0
     total = int(steps) if steps is not None else None
     start_step, t0 = step, time.perf_counter()
-    estimate_said, t_warm = False, None
+    estimate_said, t_warm, warned = False, None, False
     model.train()
     while True:
         run_s = elapsed + (time.perf_counter() - t0)
@@ -486,6 +494,13 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
             _say(status, f"training on {dev}{' (bf16 autocast)' if use_amp else ''}: {per_step:.3f} s/step, about "
                  f"{remaining / 60:.1f} min to go ({shown_total} steps, batch {bs})")
             estimate_said = True
+            by_budget = step + int(max(0.0, time_budget_s - now) / max(per_step, 1e-9)) if time_budget_s else None
+            reachable = min(v for v in (total, by_budget) if v is not None)
+            early = short_training_warning(reachable, dev, per_step, "the time budget" if reachable == by_budget
+                                           else f"steps={total}")
+            if early:
+                _warn(status, early)
+                warned = True
         try:
             if progress is not None:
                 progress(step, shown_total, ema)
@@ -510,10 +525,33 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     elapsed = elapsed + (time.perf_counter() - t0)
     save_checkpoint()
     model.eval()
+    if not warned:  # not warned at the estimate (too short a run, or slower than estimated): judge the steps made
+        final = short_training_warning(step, dev, elapsed / max(step, 1), "this run")
+        if final:
+            _warn(status, final)
     if skipped or dead:
         _say(status, f"{skipped} steps skipped (non-finite loss/gradient), {dead} with a zero gradient")
     return FitResult(model, step, float(ema if ema is not None else float("nan")), elapsed, dev, history,
                      skipped, dead)
+
+
+def short_training_warning(reachable: int, device: str, per_step_s: float, limit: str) -> str | None:
+    """The warning for a run that stops (or stopped) at `reachable` steps, below what a usable avatar
+    needs on `device`; None when it is enough. `limit` says what stops it ("the time budget", "steps")."""
+    needed = MIN_USABLE_STEPS.get(device, MIN_USABLE_STEPS["cpu"])
+    if reachable >= needed:
+        return None
+    minutes = needed * per_step_s / 60.0
+    return (f"{limit} allows about {reachable} training steps on {device}, but an avatar needs at least {needed} "
+            f"to move the mouth better than a still frame (benchmarks/RESULTS.md); at {per_step_s:.2f} s/step that "
+            f"is about {max(minutes, 0.1):.1f} min of training: raise time_budget_minutes (and steps) - training "
+            "resumes from the checkpoint")
+
+
+def _warn(status: Callable[[str], None] | None, text: str) -> None:
+    log.warning("[digital_human] TrainAvatar: %s", text)
+    if status is not None:
+        status(f"warning: {text}")
 
 
 def _say(status: Callable[[str], None] | None, text: str) -> None:

@@ -1,0 +1,47 @@
+"""media.frame_source: frames decoded on demand equal a full decode, in any order, with a small cache."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from digital_human.media.frame_source import VideoFrames, capped_size, load_face_frames, load_photo
+from digital_human.media.probe import read_video_frames
+
+
+def test_capped_size_keeps_aspect_and_small_inputs():
+    assert capped_size(4000, 3000, 1920) == (1920, 1440)
+    assert capped_size(1080, 1920, 1920) == (1080, 1920)
+    assert capped_size(3511, 3511, 1920) == (1920, 1920)
+    assert capped_size(512, 512, 0) == (512, 512)
+
+
+@pytest.mark.parametrize("max_side", [None, 128])
+def test_random_access_equals_full_decode(data_dir, max_side):
+    path = data_dir / "video" / "talk_en_male_01a.mp4"
+    size = None if max_side is None else (128, 128)
+    expected, fps = read_video_frames(path, max_frames=90, size=size)
+    frames = VideoFrames(path, max_frames=90, max_side=max_side, cache_bytes=12 * 256 * 256 * 3)
+    assert len(frames) == 90 and frames.shape == expected.shape and frames.fps == pytest.approx(fps)
+    for t in range(0, 90):
+        np.testing.assert_array_equal(frames[t], expected[t], err_msg=f"frame {t}")
+    before = frames.decoded
+    for t in range(88, 40, -1):  # a ping-pong schedule going back
+        np.testing.assert_array_equal(frames[t], expected[t], err_msg=f"frame {t}")
+    # backward runs are decoded as runs of frames (one seek each), not one seek per frame
+    assert frames.decoded - before <= 48 * 1.5
+    for t in (3, 70, 12, 89, 0):  # jumps
+        np.testing.assert_array_equal(frames[t], expected[t], err_msg=f"frame {t}")
+    np.testing.assert_array_equal(frames[[5, 1, 60]], expected[[5, 1, 60]])
+    np.testing.assert_array_equal(frames[10:14, 20:40, 5:9], expected[10:14, 20:40, 5:9])
+    frames.close()
+
+
+def test_photo_is_capped_on_its_longest_side(tmp_path, data_dir):
+    from PIL import Image
+
+    big = tmp_path / "big.jpg"
+    Image.open(data_dir / "image" / "face_02_male.png").convert("RGB").resize((2400, 1800)).save(big)
+    assert load_photo(big, 1920).shape == (1, 1440, 1920, 3)
+    assert load_photo(big, 0).shape == (1, 1800, 2400, 3)
+    frames, fps, source = load_face_frames(big, 60, 1000)
+    assert frames.shape == (1, 750, 1000, 3) and fps == 25.0 and source == (2400, 1800)
