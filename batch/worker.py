@@ -8,6 +8,7 @@ reference (in memory; see `_remember_face_tracks`), a voice fit once per batch (
 """
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 import time
@@ -43,21 +44,34 @@ def materialise(key: str, name: str, data: bytes | memoryview) -> Path:
 
 def _remember_face_tracks(module: Any, attribute: str, limit: int) -> Callable[[], dict[str, int]]:
     """Wrap `module.attribute` (cli's face file -> aligned track step) with an LRU memo keyed by its
-    arguments after the timer. Input files are stored under their content hash, so the same path
-    means the same bytes. Returns a counter reader. Why a wrapper: `run` stays the one code path."""
+    arguments. Input files are stored under their content hash, so the same path means the same
+    bytes. A video's track read for a longer speech also serves a shorter one (the output only uses
+    frames up to its own length); a photo's track serves any. Returns a counter reader.
+    Why a wrapper: `run` stays the one code path, the batch only remembers its result."""
+    from ..media.frame_source import is_photo
+
     original = getattr(module, attribute)
-    memo: OrderedDict[Any, Any] = OrderedDict()
+    signature = inspect.signature(original)
+    memo: OrderedDict[Any, tuple[float | None, Any]] = OrderedDict()
     counts = {"aligned": 0, "reused": 0}
 
-    def faces_from_file(timer: Any, *args: Any, **kwargs: Any) -> Any:
-        key = (tuple(str(a) for a in args), tuple(sorted((k, str(v)) for k, v in kwargs.items())))
-        if key in memo:
+    def faces_from_file(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        params = {k: v for k, v in bound.arguments.items() if k != "timer"}
+        speech = params.pop("speech_seconds", None)
+        if "face" in params and is_photo(Path(params["face"])):
+            speech = None
+        key = tuple(sorted((k, str(v)) for k, v in params.items()))
+        entry = memo.get(key)
+        if entry is not None and (entry[0] is None or (speech is not None and speech <= entry[0])):
             memo.move_to_end(key)
             counts["reused"] += 1
-            return memo[key]
-        value = original(timer, *args, **kwargs)
+            return entry[1]
+        value = original(*args, **kwargs)
         counts["aligned"] += 1
-        memo[key] = value
+        memo[key] = (speech, value)
+        memo.move_to_end(key)
         while len(memo) > limit:
             memo.popitem(last=False)
         return value

@@ -90,19 +90,25 @@ def test_face_tracks_are_aligned_once_per_worker():
 
     calls = []
 
-    class Module:
+    class Module:  # the signature of cli._faces_from_file
         @staticmethod
-        def _faces_from_file(timer, face, fps, backend, max_seconds):
+        def _faces_from_file(timer, face, fps, backend, max_seconds, max_side=None, speech_seconds=None,
+                             face_index=0):
             calls.append(face)
-            return object()
+            return (face, fps, speech_seconds)
 
-    counts = _remember_face_tracks(Module, "_faces_from_file", limit=2)
-    first = Module._faces_from_file(None, Path("/s/a.jpg"), None, "auto", 60.0)
-    assert Module._faces_from_file(None, Path("/s/a.jpg"), None, "auto", 60.0) is first
-    assert Module._faces_from_file(None, Path("/s/a.jpg"), 30.0, "auto", 60.0) is not first  # other fps
-    Module._faces_from_file(None, Path("/s/b.jpg"), None, "auto", 60.0)  # evicts the oldest
-    Module._faces_from_file(None, Path("/s/a.jpg"), None, "auto", 60.0)
-    assert counts() == {"aligned": 4, "reused": 1} and len(calls) == 4
+    counts = _remember_face_tracks(Module, "_faces_from_file", limit=3)
+    faces = Module._faces_from_file
+    first = faces(None, Path("/s/a.mp4"), None, "auto", 60.0, 1920, 5.0)
+    assert faces(None, Path("/s/a.mp4"), None, "auto", 60.0, 1920, 3.0) is first  # shorter speech: reused
+    assert faces(None, Path("/s/a.mp4"), None, "auto", 60.0, 1920, 8.0) is not first  # longer: read again
+    assert faces(None, Path("/s/a.mp4"), 30.0, "auto", 60.0, 1920, 2.0)[1] == 30.0  # other fps: its own
+    photo = faces(None, Path("/s/p.jpg"), None, "auto", 60.0, speech_seconds=2.0)
+    assert faces(None, Path("/s/p.jpg"), None, "auto", 60.0, speech_seconds=9.0) is photo  # a photo: any length
+    faces(None, Path("/s/b.jpg"), None, "auto", 60.0, speech_seconds=1.0)  # evicts the least recently used
+    assert counts() == {"aligned": 5, "reused": 2} and len(calls) == 5
+    faces(None, Path("/s/a.mp4"), None, "auto", 60.0, 1920, 1.0)  # a.mp4@None-fps was evicted
+    assert counts()["aligned"] == 6
 
 
 # --- real batches -----------------------------------------------------------------------------
