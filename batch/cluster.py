@@ -60,17 +60,17 @@ def connect(address: str | None, object_store_mb: int, num_cpus: float | None) -
         return False
     if address is None:
         # "local": never attach to a cluster someone else started on this machine.
-        for attempt in (1, 2, 3):
-            try:
-                ray.init(address="local", num_cpus=None if num_cpus is None else int(num_cpus),
-                         object_store_memory=int(object_store_mb) << 20, include_dashboard=False,
-                         log_to_driver=False, logging_level=logging.WARNING)
-                return True
-            except Exception as exc:  # Ray gives a new node a fixed 30 s to register: too short on a busy host
-                if attempt == 3 or "timed out during startup" not in str(exc):
-                    raise
-                log.warning("batch: local Ray did not start in time (%s); trying again", exc)
-                ray.shutdown()
+        try:
+            ray.init(address="local", num_cpus=None if num_cpus is None else int(num_cpus),
+                     object_store_memory=int(object_store_mb) << 20, include_dashboard=False,
+                     log_to_driver=False, logging_level=logging.WARNING)
+        except Exception as exc:
+            if "timed out during startup" in str(exc):  # Ray gives a new node a fixed 30 s to register
+                raise RuntimeError("the local Ray node did not start within Ray's fixed 30 s (is this machine "
+                                   "overloaded?); start one with `ray start --head --num-cpus N` and run the "
+                                   "batch with --address auto") from exc
+            raise
+        return True
     if not (address == "auto" or address.startswith("ray://") or ":" in address):
         raise ValueError(f"--address must be auto, ray://HOST:PORT or HOST:PORT, got '{address}'")
     ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)

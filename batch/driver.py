@@ -365,6 +365,11 @@ class _Scheduler:
                     break
         finally:
             self.progress.close()
+            for worker in self.workers:  # free their GPUs now: a long-lived driver would keep them alive
+                try:
+                    self.ray.kill(worker.handle, no_restart=True)
+                except Exception as exc:  # already gone
+                    log.debug("batch: worker %d: %s", worker.slot, exc)
         return [w.info | {"state": w.state} for w in self.workers]
 
     def fits_summary(self) -> list[dict[str, Any]]:

@@ -169,6 +169,7 @@ def test_local_batch_bad_job_killed_worker_and_resume(tmp_path, data_dir, setup_
     # one voice fit for the four jobs sharing the clip
     assert len(report["voice_fits"]) == 1 and report["voice_fits"][0]["status"] == "done"
     assert {w["slot"] for w in report["workers"]} == {0, 1}
+    _assert_gone([w["pid"] for w in report["workers"]])
 
     stamps = {p.name: p.stat().st_mtime_ns for p in _mp4s(out)}
     again = run_batch(BatchOptions(jobs, out, workers=2))
@@ -254,3 +255,23 @@ def test_two_node_cluster(tmp_path, data_dir, setup_models, two_node_cluster):
     _check_videos(report, out, ["j0", "j1", "j2"])
     # one worker per node (1 CPU each), each on its own node
     assert len({w["node_id"] for w in report["workers"]}) == 2
+    _assert_gone([w["pid"] for w in report["workers"]])
+
+
+def _assert_gone(pids: list[int], seconds: float = 60.0) -> None:
+    """run_batch ends its workers: their processes exit (or this test kills the leftovers and fails)."""
+    deadline = time.monotonic() + seconds
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if Path(f"/proc/{p}").exists() and "zombie" not in _state(p)]
+        time.sleep(0.5)
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"worker processes {alive} still running after the batch"
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0].lower()
+    except (OSError, IndexError):
+        return "zombie"
