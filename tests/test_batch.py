@@ -3,6 +3,7 @@ Ray with two workers (outputs, resume, a bad job, a killed worker) and on a two-
 this machine. Tiny texts and the portrait model keep the rendering short."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -129,13 +130,10 @@ def _check_videos(report: dict, out: Path, names: list[str]) -> None:
 
 
 @pytest.fixture
-def local_ray():
-    """A local Ray of 2 CPUs with a small object store, shared by run_batch (it joins it)."""
-    from digital_human.batch.cluster import connect
-
-    assert connect(None, object_store_mb=150, num_cpus=2)  # include_dashboard=False, no log forwarding
-    yield
-    ray.shutdown()
+def local_ray(tmp_path, monkeypatch):
+    """A local Ray of 2 CPUs with a small object store (`ray start --head`, joined by run_batch)."""
+    with _ray_nodes(tmp_path, monkeypatch, [2]):
+        yield
 
 
 def test_local_batch_bad_job_killed_worker_and_resume(tmp_path, data_dir, setup_models, local_ray):
@@ -198,36 +196,35 @@ def _wait_port(port: int, proc: subprocess.Popen, seconds: float) -> None:
     raise TimeoutError(f"Ray head did not open port {port} in {seconds:.0f} s")
 
 
-@pytest.fixture
-def two_node_cluster(tmp_path, monkeypatch):
-    """Head + one more node on this machine (1 CPU each, own temp dirs), both `ray start --block`
-    children of this test, so teardown stops exactly these (SIGTERM: Ray drains and stops the node's
-    processes) rather than every Ray process of the user (`ray stop`)."""
+@contextlib.contextmanager
+def _ray_nodes(tmp_path: Path, monkeypatch, cpus: list[int]):
+    """A head node plus len(cpus)-1 more on this machine (own temp dirs), each a `ray start --block`
+    child of this test, joined by this process. Teardown stops exactly these (SIGTERM: Ray drains and
+    stops the node's processes) rather than every Ray process of the user (`ray stop`)."""
     ray_cli = Path(sys.executable).with_name("ray")
     ray_cli = str(ray_cli) if ray_cli.exists() else "ray"
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver (this process) joins without a token
     port = _free_port()
-    common = ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--num-gpus", "0",
-              "--object-store-memory", str(100 << 20), "--disable-usage-stats"]
-    procs = []
-    logs = [open(tmp_path / f"node{i}.log", "wb") for i in range(2)]
+    procs: list[subprocess.Popen] = []
+    logs = [open(tmp_path / f"node{i}.log", "wb") for i in range(len(cpus))]
     # Ray's socket paths live under --temp-dir and must stay under 107 bytes: short folders in /tmp
-    temp_dirs = [tempfile.mkdtemp(prefix="dhray") for _ in range(2)]
+    temp_dirs = [tempfile.mkdtemp(prefix="dhray") for _ in cpus]
     try:
-        procs.append(subprocess.Popen([ray_cli, "start", "--head", "--port", str(port), "--include-dashboard",
-                                       "false", "--ray-client-server-port", str(_free_port()),
-                                       "--temp-dir", temp_dirs[0], *common],
-                                      env=env, stdout=logs[0], stderr=subprocess.STDOUT))
-        _wait_port(port, procs[0], 180)
-        procs.append(subprocess.Popen([ray_cli, "start", "--address", f"127.0.0.1:{port}",
-                                       "--temp-dir", temp_dirs[1], *common],
-                                      env=env, stdout=logs[1], stderr=subprocess.STDOUT))
+        for i, n in enumerate(cpus):
+            common = ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(n), "--num-gpus", "0",
+                      "--object-store-memory", str(100 << 20), "--disable-usage-stats", "--temp-dir", temp_dirs[i]]
+            role = (["--head", "--port", str(port), "--include-dashboard", "false", "--ray-client-server-port",
+                     str(_free_port())] if i == 0 else ["--address", f"127.0.0.1:{port}"])
+            procs.append(subprocess.Popen([ray_cli, "start", *role, *common], env=env, stdout=logs[i],
+                                          stderr=subprocess.STDOUT))
+            if i == 0:
+                _wait_port(port, procs[0], 180)
         ray.init(address=f"127.0.0.1:{port}", log_to_driver=False)
         deadline = time.monotonic() + 180
-        while sum(n["Alive"] for n in ray.nodes()) < 2:
-            if time.monotonic() > deadline or procs[1].poll() is not None:
-                raise RuntimeError("second node did not join: " + (tmp_path / "node1.log").read_text()[-2000:])
+        while sum(n["Alive"] for n in ray.nodes()) < len(cpus):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError("nodes did not join: " + (tmp_path / "node1.log").read_text()[-2000:])
             time.sleep(1)
         yield
     finally:
@@ -243,6 +240,13 @@ def two_node_cluster(tmp_path, monkeypatch):
             log.close()
         for folder in temp_dirs:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def two_node_cluster(tmp_path, monkeypatch):
+    """Head + one more node on this machine, 1 CPU each."""
+    with _ray_nodes(tmp_path, monkeypatch, [1, 1]):
+        yield
 
 
 def test_two_node_cluster(tmp_path, data_dir, setup_models, two_node_cluster):
