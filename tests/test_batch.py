@@ -220,8 +220,15 @@ def _ray_nodes(tmp_path: Path, monkeypatch, cpus: list[int]):
                                           stderr=subprocess.STDOUT))
             if i == 0:
                 _wait_port(port, procs[0], 180)
-        ray.init(address=f"127.0.0.1:{port}", log_to_driver=False)
         deadline = time.monotonic() + 180
+        while True:  # the GCS port opens before the head node has registered: join once it has
+            try:
+                ray.init(address=f"127.0.0.1:{port}", log_to_driver=False)
+                break
+            except ConnectionError:
+                if time.monotonic() > deadline or procs[0].poll() is not None:
+                    raise
+                time.sleep(2)
         while sum(n["Alive"] for n in ray.nodes()) < len(cpus):
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError("nodes did not join: " + (tmp_path / "node1.log").read_text()[-2000:])
