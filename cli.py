@@ -304,7 +304,13 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
 
     timer = StageTimer()
     text = timer.run("preflight", check_run_args, args)  # every input checked before any heavy work
-    speaker, embed_report = _speaker_from_clip(timer, args)
+    if getattr(args, "speaker", None):  # a saved speaker (`embed`, or a batch's shared voice fit)
+        from .voice.speaker import SpeakerProfile
+
+        speaker = timer.run("load_speaker", SpeakerProfile.load_npz, Path(args.speaker))
+        embed_report = {"backend": f"saved speaker {Path(args.speaker).name}"}
+    else:
+        speaker, embed_report = _speaker_from_clip(timer, args)
     speech = timer.run("tts", TRT_TTS()._synthesize, text, speaker, language=args.language, speed=args.speed,
                        strength=1.0, base_voice="auto", backend=args.backend, precision="auto")
     report, fps, reports = _animate_to(timer, args, speech.waveform, speech.sample_rate)
@@ -450,14 +456,60 @@ def build_parser() -> argparse.ArgumentParser:
     run_text = run.add_mutually_exclusive_group(required=True)
     run_text.add_argument("--text")
     run_text.add_argument("--text-file")
-    run.add_argument("--voice", required=True, help="reference speech clip")
+    run_voice = run.add_mutually_exclusive_group(required=True)
+    run_voice.add_argument("--voice", help="reference speech clip")
+    run_voice.add_argument("--speaker", help="saved speaker .npz from `embed` (instead of --voice)")
     run.add_argument("--voice-text", help="transcript of the clip (optional)")
     run.add_argument("--no-imitate", action="store_true")
     run.add_argument("--language", default="auto", choices=["auto", "en", "zh"])
     run.add_argument("--speed", type=float, default=1.0)
     face_args(run)
     run.set_defaults(func=_cmd_run)
+
+    batch = sub.add_parser("batch", help="many `run` jobs (JSON lines) on Ray workers; resumable")
+    batch.add_argument("jobs", help="JSON-lines file, one `run` job per line (see README: Batch on Ray)")
+    batch.add_argument("--out", required=True, help="output folder (videos, summary.json, shared references)")
+    batch.add_argument("--address", help="join a Ray cluster: auto (this machine's `ray start`) or "
+                                         "ray://HOST:PORT; default: start a local Ray instance")
+    batch.add_argument("--gpus-per-job", type=float, help="GPUs per worker (default: 1 when the cluster has GPUs)")
+    batch.add_argument("--workers", type=int, help="number of workers (default: one per GPU, or per "
+                                                   "--cpus-per-worker CPUs)")
+    batch.add_argument("--cpus-per-worker", type=float, default=1.0)
+    batch.add_argument("--retries", type=int, default=2, help="re-runs of a job whose worker died")
+    batch.add_argument("--object-store-mb", type=int, default=512, help="local Ray only: object store size")
+    batch.add_argument("--json", action="store_true")
+    batch.set_defaults(func=_cmd_batch)
     return parser
+
+
+def parse_run_args(argv: list[str]) -> argparse.Namespace:
+    """`run`'s own parser, defaults and checks for arguments given in code; bad ones raise ValueError
+    (argparse's message) instead of exiting."""
+    import contextlib
+    import io
+
+    message = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(message):
+            return build_parser().parse_args(["run", *argv])
+    except SystemExit:
+        lines = message.getvalue().strip().splitlines()
+        raise ValueError(lines[-1].split("error: ", 1)[-1] if lines else "invalid run arguments") from None
+
+
+def run_job(argv: list[str]) -> dict[str, Any]:
+    """One `run` from code (the batch runner's workers): same parser and path as the command line;
+    returns `run --json`'s report."""
+    return _cmd_run(parse_run_args(argv))
+
+
+def _cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
+    from .batch.driver import BatchOptions, run_batch
+
+    return run_batch(BatchOptions(jobs_file=Path(args.jobs), out_dir=Path(args.out), address=args.address,
+                                  gpus_per_job=args.gpus_per_job, workers=args.workers,
+                                  cpus_per_worker=args.cpus_per_worker, retries=args.retries,
+                                  object_store_mb=args.object_store_mb))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -487,4 +539,4 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for path in report.get("outputs", []):
             print(path)
-    return 0
+    return 0 if report.get("ok", True) else 1  # batch: some job failed

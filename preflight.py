@@ -316,7 +316,10 @@ def check_run_args(args: Any) -> str:
     """`run`: text, voice clip, face, model, output; returns the text."""
     check_positive(args.speed, "--speed")
     text = check_text(args.text, args.text_file, args.language)
-    check_voice_clip(args.voice)
+    if getattr(args, "speaker", None):  # `run --speaker` (a saved speaker, e.g. a batch's shared voice fit)
+        check_speaker_file(args.speaker)
+    else:
+        check_voice_clip(args.voice)
     _check_face_args(args)
     check_output(args.out)
     return text
