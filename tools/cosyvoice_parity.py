@@ -76,12 +76,12 @@ def model_yaml(ref: Path, size: str) -> str:
     return text
 
 
-def make_inputs(cfg: dict, qwen: dict) -> dict[str, np.ndarray]:
+def make_inputs(cfg: dict, qwen: dict, text_tokens: int = 8) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(SEEDS["inputs"])
     vocab, speech = qwen["vocab_size"], cfg["speech_token_size"]
     t = np.linspace(0, 0.5, 12000, endpoint=False)
     return {
-        "lm_text": rng.integers(0, vocab, (1, 8)).astype(np.int32),
+        "lm_text": rng.integers(0, vocab, (1, text_tokens)).astype(np.int32),
         "lm_prompt_text": rng.integers(0, vocab, (1, 5)).astype(np.int32),
         "lm_prompt_speech": rng.integers(0, speech, (1, 15)).astype(np.int32),
         "flow_token": rng.integers(0, speech, (1, 30)).astype(np.int32),
@@ -148,7 +148,9 @@ def run_reference(args: argparse.Namespace) -> None:
     if not args.fixture:  # tokenizer, spk2info and random ONNX stand-ins complete the release folder
         from digital_human.engines.cosyvoice.random_release import write_support_files
         write_support_files(release, qwen, speech_vocab=llm.speech_token_size)
-    inputs = make_inputs({"speech_token_size": llm.speech_token_size}, qwen)
+    # Full size: 4 text tokens cap the decode at 80 steps of the 0.5 B LM (CPU time).
+    inputs = make_inputs({"speech_token_size": llm.speech_token_size}, qwen, 4 if args.size == "full" else 8)
+    print("weights ready, running the reference stages", flush=True)
     T = lambda a: torch.from_numpy(a)  # noqa: E731
     n = lambda a: torch.tensor([a.shape[1]], dtype=torch.int32)  # noqa: E731
     outputs: dict[str, np.ndarray] = {}

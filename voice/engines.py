@@ -29,6 +29,8 @@ class TTSEngine(Protocol):
     name: str
     sample_rate: int
 
+    def check_files(self) -> None: ...
+
     def prepare_speaker(self, prepared: Any, transcript: str = "",
                         speaker: SpeakerProfile | None = None, **options: Any) -> SpeakerProfile: ...
 

@@ -14,6 +14,9 @@ class KokoroEngine:
     sample_rate = SAMPLE_RATE
     description = "Kokoro-82M (Apache-2.0), embedded; the voice is imitated from the reference by a timbre search."
 
+    def check_files(self) -> None:  # embedded: its files come with the pack's setup step
+        return None
+
     def prepare_speaker(self, prepared: Any, transcript: str = "", speaker: SpeakerProfile | None = None,
                         budget: int = 24, seed: int = 0, backend: str = "auto", **_: Any) -> SpeakerProfile:
         from .clone import fit_voice

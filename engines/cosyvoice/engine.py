@@ -126,6 +126,13 @@ class CosyVoice2Engine:
         self.device = device
         self._runtime: CosyVoice2Runtime | None = None
 
+    def check_files(self) -> None:
+        """Raise one error naming every missing release file (and the missing extra)."""
+        check_release(self.folder)
+        from .lm import require_transformers
+
+        require_transformers()
+
     def runtime(self) -> CosyVoice2Runtime:
         if self._runtime is None:
             self._runtime = CosyVoice2Runtime(self.folder, self.device)
