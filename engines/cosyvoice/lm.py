@@ -58,7 +58,8 @@ def ras_sample(scores: torch.Tensor, history: list[int], cfg: SamplingConfig,
     repeats = sum(1 for t in history[-cfg.win_size:] if t == token)
     if repeats >= cfg.win_size * cfg.tau_r:
         scores[token] = -float("inf")
-        token = int(scores.softmax(dim=0).multinomial(1, replacement=True, generator=generator))
+        # drawn on the CPU (the generator's device), so a seed means the same on every device
+        token = int(scores.softmax(dim=0).cpu().multinomial(1, replacement=True, generator=generator))
     return token
 
 
@@ -74,7 +75,10 @@ def qwen2_from_config(config_dir: Path) -> nn.Module:
     transformers = require_transformers()
     config = transformers.Qwen2Config.from_pretrained(str(config_dir))
     config._attn_implementation = "sdpa"
-    from transformers.modeling_utils import no_init_weights
+    try:
+        from transformers.modeling_utils import no_init_weights
+    except ImportError:  # moved in some releases; then pay for the random initialisation
+        from contextlib import nullcontext as no_init_weights
 
     with no_init_weights():  # every weight comes from llm.pt; skip 0.5 B random initialisations
         model = transformers.Qwen2ForCausalLM(config)
@@ -112,7 +116,7 @@ class SpeechLM(nn.Module):
 
     def _step(self, embeds: torch.Tensor, cache):
         out = self.llm.model.model(inputs_embeds=embeds,
-                                   attention_mask=torch.ones(1, embeds.shape[1], dtype=torch.bool),
+                                   attention_mask=torch.ones(1, embeds.shape[1], dtype=torch.bool, device=embeds.device),
                                    use_cache=True, past_key_values=cache, return_dict=True)
         return out.last_hidden_state[:, -1], out.past_key_values
 
