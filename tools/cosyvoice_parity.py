@@ -217,6 +217,39 @@ def run_compare(args: argparse.Namespace) -> None:
     print("parity OK")
 
 
+def run_features(args: argparse.Namespace) -> None:
+    """Front-end features vs their sources: Whisper's own log_mel_spectrogram (the package the reference
+    frontend calls; `--whisper-src` = an unpacked openai-whisper sdist) and Kaldi fbank from
+    kaldi-native-fbank (the reference calls torchaudio's Kaldi fbank, which has no build for torch 2.13 here)."""
+    import torch
+
+    sys.path.insert(0, pack_parent())
+    from digital_human.engines.cosyvoice.features import kaldi_fbank, whisper_log_mel
+
+    t = np.arange(16000 * 3) / 16000
+    noise = np.random.default_rng(0).standard_normal(t.size)
+    x = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.02 * noise).astype(np.float32)
+    result = {}
+    if args.whisper_src:
+        pkg = types.ModuleType("whisper")  # skip whisper/__init__ (model code, tiktoken); audio.py is enough
+        pkg.__path__ = [str(Path(args.whisper_src) / "whisper")]
+        sys.modules["whisper"] = pkg
+        import whisper.audio as wa
+        ref = wa.log_mel_spectrogram(torch.from_numpy(x)[None], n_mels=128)
+        result["whisper_log_mel_max_abs"] = float((ref - whisper_log_mel(torch.from_numpy(x)[None])).abs().max())
+    import kaldi_native_fbank as knf
+    opts = knf.FbankOptions()
+    opts.frame_opts.dither, opts.frame_opts.samp_freq, opts.mel_opts.num_bins = 0, 16000, 80
+    fb = knf.OnlineFbank(opts)
+    fb.accept_waveform(16000, x.tolist())
+    fb.input_finished()
+    ref = np.stack([fb.get_frame(i) for i in range(fb.num_frames_ready)])
+    ref = ref - ref.mean(axis=0, keepdims=True)
+    result["kaldi_fbank_max_abs"] = float(np.abs(ref - kaldi_fbank(torch.from_numpy(x)[None]).numpy()).max())
+    result["kaldi_fbank_absmax"] = float(np.abs(ref).max())
+    print(json.dumps(result, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -229,8 +262,10 @@ def main() -> None:
     c.add_argument("--dir", required=True, help="--out folder of the reference step, or a fixture .npz")
     c.add_argument("--work", default="/tmp/cosyvoice-fixture-release", help="where a fixture's release folder is rebuilt")
     c.add_argument("--tol", type=float, default=1e-4)
+    f = sub.add_parser("features", help="front-end features vs Whisper's code and kaldi-native-fbank")
+    f.add_argument("--whisper-src", help="unpacked openai-whisper source (the folder holding whisper/)")
     args = parser.parse_args()
-    run_reference(args) if args.cmd == "reference" else run_compare(args)
+    {"reference": run_reference, "compare": run_compare, "features": run_features}[args.cmd](args)
 
 
 if __name__ == "__main__":

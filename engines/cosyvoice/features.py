@@ -63,7 +63,7 @@ def _kaldi_mel_banks(n_mels: int, n_fft: int, sr: int) -> torch.Tensor:
 def kaldi_fbank(wave16k: torch.Tensor, n_mels: int = 80) -> torch.Tensor:
     """[1, samples] at 16 kHz (float in [-1, 1]) -> [frames, 80] log filterbank, mean-normalised."""
     sr, win, shift = 16000, 400, 160
-    x = wave16k.reshape(-1).double() * 32768.0  # Kaldi works on 16-bit sample values
+    x = wave16k.reshape(-1).double()  # float samples in [-1, 1], as the reference feeds torchaudio's fbank
     frames = 1 + (x.numel() - win) // shift
     if frames < 1:
         raise ValueError("reference audio is shorter than one 25 ms frame")
