@@ -32,7 +32,7 @@ def engine(tmp_path_factory) -> CosyVoice2Engine:
 
 @pytest.fixture(scope="module")
 def speaker(engine, data_dir):
-    prepared = load_reference(data_dir / "audio" / "spk_en_male_01.wav", max_seconds=8)
+    prepared = load_reference(data_dir / "audio" / "spk_en_male_01.wav", max_seconds=7)
     base = SpeakerProfile(embedding=np.ones(256, np.float32) / 16, segment_embeddings=np.zeros((0, 256), np.float32),
                           content_hash="x", speech_seconds=prepared.speech_seconds, name="male01")
     return engine.prepare_speaker(prepared, "Hello there, this is my voice.", base)
@@ -56,9 +56,9 @@ def test_speaker_state_is_consistent_and_survives_save(speaker, tmp_path):
 
 def test_synthesis_is_seeded_and_sized(engine, speaker):
     torch.set_num_threads(2)
-    a = engine.synthesize("Good morning.", speaker, seed=3)
-    b = engine.synthesize("Good morning.", speaker, seed=3)
-    c = engine.synthesize("Good morning.", speaker, seed=4)
+    a = engine.synthesize("Hi.", speaker, seed=3)
+    b = engine.synthesize("Hi.", speaker, seed=3)
+    c = engine.synthesize("Hi.", speaker, seed=4)
     assert a.sample_rate == 24000 and a.waveform.size % 960 == 0  # 2 mel frames x 480 samples per token
     np.testing.assert_array_equal(a.waveform, b.waveform)
     assert a.waveform.size != c.waveform.size or not np.array_equal(a.waveform, c.waveform)

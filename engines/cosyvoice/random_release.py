@@ -35,6 +35,15 @@ def write_tokenizer(folder: Path, eos_id: int) -> None:
         "clean_up_tokenization_spaces": False}), encoding="utf-8")
 
 
+def _save(graph, path: Path) -> None:
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8  # readable by every ONNX Runtime the pack supports (onnx's default may be newer)
+    onnx.save(model, str(path))
+
+
 def campplus_stand_in(path: Path, seed: int = 0) -> None:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -47,7 +56,7 @@ def campplus_stand_in(path: Path, seed: int = 0) -> None:
         "campplus_stand_in",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, "T", 80])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 192])], [weight])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    _save(graph, path)
 
 
 def speech_tokenizer_stand_in(path: Path, vocab: int, seed: int = 1) -> None:
@@ -74,7 +83,7 @@ def speech_tokenizer_stand_in(path: Path, vocab: int, seed: int = 1) -> None:
         [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 128, "T"]),
          helper.make_tensor_value_info("feats_length", TensorProto.INT32, [1])],
         [helper.make_tensor_value_info("indices", TensorProto.INT64, [1, "N"])], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    _save(graph, path)
 
 
 def write_support_files(folder: Path, qwen_config: dict, speech_vocab: int = 100) -> None:
