@@ -55,7 +55,7 @@ def _speaker_from_clip(timer: StageTimer, args: argparse.Namespace) -> tuple[Any
     audio, _ = timer.run("load_audio", LoadReferenceAudio().load, audio_file=str(args.voice))
     return timer.run("embed", ExtractSpeakerEmbedding().extract, reference=audio, backend=args.backend,
                      reference_text=args.voice_text or "", imitate=not args.no_imitate,
-                     name=Path(args.voice).stem)
+                     name=Path(args.voice).stem, engine=getattr(args, "engine", "kokoro"))
 
 
 def _cmd_embed(args: argparse.Namespace) -> dict[str, Any]:
@@ -81,12 +81,43 @@ def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
         speaker = SpeakerProfile.load_npz(Path(args.speaker))
     elif args.voice:
         speaker, embed_report = _speaker_from_clip(timer, args)
+    if args.stream:
+        return _speak_streaming(timer, args, text, speaker, embed_report)
     result = timer.run("tts", TRT_TTS().synthesize_to_file, text=text, speaker=speaker, out_path=Path(args.out),
                        language=args.language, speed=args.speed, seed=args.seed, backend=args.backend,
-                       voice=args.base_voice)
+                       voice=args.base_voice, engine=args.engine)
     timer.seconds.update({f"tts.{k}": v for k, v in result["timings"].items()})
     return {"outputs": [str(result["path"])], "backend": result["backend"], "timings": timer.seconds,
             "audio_seconds": result["audio_seconds"], "rtf": result["rtf"], "warnings": result["warnings"],
+            "embed": embed_report.get("backend")}
+
+
+def _speak_streaming(timer: StageTimer, args: argparse.Namespace, text: str, speaker: Any,
+                     embed_report: dict[str, Any]) -> dict[str, Any]:
+    """--stream: write each chunk to the WAV as the engine yields it (renamed into place at the end)."""
+    import soundfile as sf
+
+    from .voice.engines import get_engine
+
+    engine = get_engine(args.engine)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    first, samples = None, 0
+    with atomic_path(out) as partial, sf.SoundFile(str(partial), "w", engine.sample_rate, 1, "PCM_16", format="WAV") as wav:
+        for piece in engine.stream(text, speaker, language=args.language, speed=args.speed, seed=args.seed):
+            wav.write(piece)
+            wav.flush()
+            samples += len(piece)
+            if first is None:
+                first = time.perf_counter() - start
+            print(json.dumps({"chunk_seconds": round(len(piece) / engine.sample_rate, 3),
+                              "elapsed": round(time.perf_counter() - start, 3)}), file=sys.stderr, flush=True)
+    timer.seconds["tts"] = round(time.perf_counter() - start, 4)
+    audio_seconds = samples / engine.sample_rate
+    return {"outputs": [str(out)], "backend": args.engine, "timings": timer.seconds,
+            "audio_seconds": round(audio_seconds, 3), "first_audio_s": None if first is None else round(first, 3),
+            "rtf": round(timer.seconds["tts"] / max(audio_seconds, 1e-9), 4), "warnings": [],
             "embed": embed_report.get("backend")}
 
 
@@ -390,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--seed", type=int, default=0)
     speak.add_argument("--base-voice", default="auto", help="bundled voice to start from (auto = nearest)")
     speak.add_argument("--out", required=True, help="output .wav")
+    speak.add_argument("--engine", default="kokoro", choices=["kokoro", "cosyvoice2"],
+                       help="TTS engine (cosyvoice2 needs the user's CosyVoice2-0.5B folder, see README)")
+    speak.add_argument("--stream", action="store_true", help="write audio chunk by chunk as it is synthesized")
     speak.set_defaults(func=_cmd_speak)
 
     align = sub.add_parser("align", help="photo/video -> aligned faces (.npz) + preview PNG")

@@ -113,6 +113,7 @@ class ExtractSpeakerEmbedding:
                                                          "language of the voice search)."}),
                 "save_name": ("STRING", {"default": "", "tooltip": "Save the speaker as models/digital_human/"
                                          "speakers/<name>.npz for LoadSpeaker."}),
+                "engine": (_engine_names(), {"default": "kokoro", "tooltip": ENGINE_TOOLTIP}),
             },
         }
 
@@ -122,18 +123,21 @@ class ExtractSpeakerEmbedding:
     CATEGORY = CATEGORY
 
     @classmethod
-    def VALIDATE_INPUTS(cls, save_name: str = "") -> bool | str:
-        return check_plain_name(save_name, "save_name", "my_voice",
-                                "ComfyUI's models folder under digital_human/speakers/ (for Load Speaker)")
+    def VALIDATE_INPUTS(cls, save_name: str = "", engine: str = "kokoro") -> bool | str:
+        named = check_plain_name(save_name, "save_name", "my_voice",
+                                 "ComfyUI's models folder under digital_human/speakers/ (for Load Speaker)")
+        return _engine_files_ok(engine) if named is True else named
 
     def extract_node(self, reference: dict, imitate: bool = True, search_budget: int = DEFAULT_BUDGET, seed: int = 0,
-                     backend: str = "auto", reference_text: str = "", save_name: str = ""):
+                     backend: str = "auto", reference_text: str = "", save_name: str = "", engine: str = "kokoro"):
         speaker, report = self.extract(reference, backend=backend, reference_text=reference_text,
-                                       imitate=imitate, budget=search_budget, seed=seed, save_name=save_name)
+                                       imitate=imitate, budget=search_budget, seed=seed, save_name=save_name,
+                                       engine=engine)
         return (speaker, report["text"])
 
     def extract(self, reference: dict, backend: str = "auto", reference_text: str = "", imitate: bool = True,
-                budget: int = DEFAULT_BUDGET, seed: int = 0, name: str = "", save_name: str = "") -> tuple[Any, dict]:
+                budget: int = DEFAULT_BUDGET, seed: int = 0, name: str = "", save_name: str = "",
+                engine: str = "kokoro") -> tuple[Any, dict]:
         from ..audio import from_comfy_audio, prepare_reference
         from ..engines import speaker_encoder as se
         from ..paths import model_dir, resolve_inside
@@ -154,7 +158,14 @@ class ExtractSpeakerEmbedding:
         timings["embed"] = time.perf_counter() - start
         encoder_backend = _loaded_backend("ge2e")
         lines = [speaker.summary()]
-        if imitate and not has_fitted_voice(speaker, budget, seed, "auto", reference=prepared):
+        if engine != "kokoro":  # the Kokoro voice search is Kokoro's own speaker preparation
+            from ..voice.engines import get_engine
+
+            start = time.perf_counter()
+            speaker = get_engine(engine).prepare_speaker(prepared, reference_text, speaker)
+            timings[f"prepare_{engine}"] = time.perf_counter() - start
+            lines.append(f"voice: prepared for {engine}")
+        elif imitate and not has_fitted_voice(speaker, budget, seed, "auto", reference=prepared):
             start = time.perf_counter()
             bar: list[Progress] = []  # made on the first report: fit_voice knows the total (budget + checks)
 
@@ -236,8 +247,13 @@ class TRT_TTS:
                 "backend": (BACKENDS, {"default": "auto"}),
                 "precision": (PRECISIONS, {"default": "auto"}),
             },
-            "optional": {"speaker": ("DH_SPEAKER",)},
+            "optional": {"speaker": ("DH_SPEAKER",),
+                         "engine": (_engine_names(), {"default": "kokoro", "tooltip": ENGINE_TOOLTIP})},
         }
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, engine: str = "kokoro") -> bool | str:
+        return _engine_files_ok(engine)
 
     RETURN_TYPES = ("AUDIO", "STRING")
     RETURN_NAMES = ("speech", "report")
@@ -246,28 +262,37 @@ class TRT_TTS:
 
     def speak(self, text: str, language: str = "auto", speed: float = 1.0, seed: int = 0,
               imitation_strength: float = 1.0, base_voice: str = "auto", backend: str = "auto",
-              precision: str = "auto", speaker: Any = None):
+              precision: str = "auto", speaker: Any = None, engine: str = "kokoro"):
         from ..audio import to_comfy_audio
 
-        result = self._synthesize(text, speaker, language, speed, imitation_strength, base_voice, backend, precision)
+        result = self._synthesize(text, speaker, language, speed, imitation_strength, base_voice, backend, precision,
+                                  seed=seed, engine=engine)
         report = self._report(result)
         ui = {"audio": [_save_preview(result.waveform, result.sample_rate)], "text": [report]}
         return {"ui": ui, "result": (to_comfy_audio(result.waveform, result.sample_rate), report)}
 
     def synthesize_to_file(self, text: str, speaker: Any, out_path: Path, language: str = "auto",
                            speed: float = 1.0, seed: int = 0, backend: str = "auto",
-                           voice: str = "auto", imitation_strength: float = 1.0) -> dict[str, Any]:
+                           voice: str = "auto", imitation_strength: float = 1.0,
+                           engine: str = "kokoro") -> dict[str, Any]:
         """CLI entry: same synthesis, written atomically to a WAV file."""
         start = time.perf_counter()
-        result = self._synthesize(text, speaker, language, speed, imitation_strength, voice, backend, "auto")
+        result = self._synthesize(text, speaker, language, speed, imitation_strength, voice, backend, "auto",
+                                  seed=seed, engine=engine)
         elapsed = time.perf_counter() - start
         path = _write_wav_atomic(Path(out_path), result.waveform, result.sample_rate)
         return {"path": path, "backend": result.backend, "timings": result.timings, "warnings": result.warnings,
                 "audio_seconds": round(result.audio_seconds, 3), "rtf": round(elapsed / result.audio_seconds, 4),
                 "voice": result.voice}
 
-    def _synthesize(self, text, speaker, language, speed, strength, base_voice, backend, precision):
+    def _synthesize(self, text, speaker, language, speed, strength, base_voice, backend, precision,
+                    seed: int = 0, engine: str = "kokoro"):
         from ..voice.tts import synthesize_speech
+
+        if engine != "kokoro":
+            from ..voice.engines import get_engine
+
+            return get_engine(engine).synthesize(text, speaker, language=language, speed=speed, seed=seed)
 
         progress: Progress | None = None
 
@@ -288,6 +313,29 @@ class TRT_TTS:
                  f"RTF {synth / max(result.audio_seconds, 1e-9):.3f}; {result.chunks} chunk(s)"]
         lines.extend(f"warning: {w}" for w in result.warnings)
         return "\n".join(lines)
+
+
+ENGINE_TOOLTIP = ("kokoro: embedded, no files needed. cosyvoice2: zero-shot cloning (Apache-2.0), needs the "
+                  "CosyVoice2-0.5B folder in models/digital_human/cosyvoice/ and `pip install .[cosyvoice]`.")
+
+
+def _engine_names() -> list[str]:
+    from ..voice.engines import ENGINES
+
+    return list(ENGINES)
+
+
+def _engine_files_ok(engine: str) -> bool | str:
+    """Validation: an engine that needs user files lists every missing one (and where it goes)."""
+    if engine == "kokoro":
+        return True
+    from ..voice.engines import get_engine
+
+    try:
+        get_engine(engine).check_files()
+    except (FileNotFoundError, ImportError, ValueError) as exc:
+        return str(exc)
+    return True
 
 
 def _loaded_backend(model_prefix: str) -> str:

@@ -1,0 +1,394 @@
+"""CosyVoice 2 flow-matching decoder: speech tokens (+ prompt mel, speaker x-vector) -> 80-band mel.
+
+Written for this pack from the published architecture (CosyVoice 2, Apache-2.0); parameter names
+follow the released `flow.pt` so its state dict loads with strict key and shape checks:
+
+    tokens -> embedding -> UpsampleConformerEncoder (lookahead conv, rel-pos conformer blocks,
+    2x nearest upsample, more blocks) -> linear to 80 -> conditional flow matching (Euler steps on a
+    cosine time grid, classifier-free guidance) with a causal 1-D U-Net estimator.
+
+Only the offline (non-streaming, full-context) path is implemented: attention sees every frame.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MEL_BINS = 80
+NOISE_FRAMES = 50 * 300  # the reference draws one fixed noise tensor this long (seed 0)
+
+
+# --- text-side encoder ----------------------------------------------------------------------------
+def rel_position_table(length: int, dim: int) -> torch.Tensor:
+    """ESPnet relative sinusoids for relative positions length-1 ... -(length-1): [1, 2L-1, dim]."""
+    position = torch.arange(0, length, dtype=torch.float32).unsqueeze(1)
+    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * -(math.log(10000.0) / dim))
+    pos = torch.zeros(length, dim)
+    neg = torch.zeros(length, dim)
+    pos[:, 0::2] = torch.sin(position * div)
+    pos[:, 1::2] = torch.cos(position * div)
+    neg[:, 0::2] = torch.sin(-1 * position * div)
+    neg[:, 1::2] = torch.cos(-1 * position * div)
+    return torch.cat([torch.flip(pos, [0]), neg[1:]], dim=0).unsqueeze(0)
+
+
+class LinearInput(nn.Module):
+    """Linear -> LayerNorm, scaled by sqrt(dim); returns the relative position table too."""
+
+    def __init__(self, idim: int, odim: int) -> None:
+        super().__init__()
+        self.out = nn.Sequential(nn.Linear(idim, odim), nn.LayerNorm(odim, eps=1e-5))
+        self.odim = odim
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.out(x) * math.sqrt(self.odim)
+        return x, rel_position_table(x.shape[1], self.odim).to(x)
+
+
+class RelPosSelfAttention(nn.Module):
+    """Transformer-XL style self-attention with learned content/position biases (u, v)."""
+
+    def __init__(self, heads: int, dim: int) -> None:
+        super().__init__()
+        self.h, self.d_k = heads, dim // heads
+        self.linear_q = nn.Linear(dim, dim)
+        self.linear_k = nn.Linear(dim, dim)
+        self.linear_v = nn.Linear(dim, dim)
+        self.linear_out = nn.Linear(dim, dim)
+        self.linear_pos = nn.Linear(dim, dim, bias=False)
+        self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.d_k))
+        self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.d_k))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.linear_q(x).view(b, t, self.h, self.d_k)               # [B, T, H, D]
+        k = self.linear_k(x).view(b, t, self.h, self.d_k).transpose(1, 2)
+        v = self.linear_v(x).view(b, t, self.h, self.d_k).transpose(1, 2)
+        p = self.linear_pos(pos).view(pos.shape[0], -1, self.h, self.d_k).transpose(1, 2)
+        content = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))
+        by_pos = torch.matmul((q + self.pos_bias_v).transpose(1, 2), p.transpose(-2, -1))  # [B,H,T,2T-1]
+        # Column T-1-i+j of row i holds relative position i-j: pick it directly (exact, no arithmetic).
+        rows = torch.arange(t).unsqueeze(1)
+        cols = (t - 1) - rows + torch.arange(t).unsqueeze(0)
+        by_pos = by_pos[:, :, rows, cols]
+        attn = torch.softmax((content + by_pos) / math.sqrt(self.d_k), dim=-1)
+        out = torch.matmul(attn, v).transpose(1, 2).contiguous().view(b, t, self.h * self.d_k)
+        return self.linear_out(out)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.w_1 = nn.Linear(dim, hidden)
+        self.w_2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_2(F.silu(self.w_1(x)))
+
+
+class ConformerBlock(nn.Module):
+    """Pre-norm attention + feed-forward (the released config has no macaron / conv module)."""
+
+    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+        super().__init__()
+        self.self_attn = RelPosSelfAttention(heads, dim)
+        self.feed_forward = FeedForward(dim, hidden)
+        self.norm_ff = nn.LayerNorm(dim, eps=1e-12)
+        self.norm_mha = nn.LayerNorm(dim, eps=1e-12)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.norm_mha(x), pos)
+        return x + self.feed_forward(self.norm_ff(x))
+
+
+class PreLookahead(nn.Module):
+    """Each token sees `lookahead` future tokens (right-padded conv), then a causal conv; residual."""
+
+    def __init__(self, dim: int, lookahead: int) -> None:
+        super().__init__()
+        self.lookahead = lookahead
+        self.conv1 = nn.Conv1d(dim, dim, lookahead + 1)
+        self.conv2 = nn.Conv1d(dim, dim, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.pad(x.transpose(1, 2), (0, self.lookahead))
+        y = F.leaky_relu(self.conv1(y))
+        y = self.conv2(F.pad(y, (self.conv2.kernel_size[0] - 1, 0)))
+        return y.transpose(1, 2) + x
+
+
+class Upsample2x(nn.Module):
+    def __init__(self, dim: int, stride: int = 2) -> None:
+        super().__init__()
+        self.stride = stride
+        self.conv = nn.Conv1d(dim, dim, stride * 2 + 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T] -> [B, C, 2T]
+        y = F.interpolate(x, scale_factor=float(self.stride), mode="nearest")
+        return self.conv(F.pad(y, (self.stride * 2, 0)))
+
+
+class TokenEncoder(nn.Module):
+    """UpsampleConformerEncoder: tokens at 25 Hz -> hidden states at 50 Hz (mel frame rate)."""
+
+    def __init__(self, dim: int, heads: int, hidden: int, blocks: int, up_blocks: int = 4,
+                 lookahead: int = 3) -> None:
+        super().__init__()
+        self.embed = LinearInput(dim, dim)
+        self.pre_lookahead_layer = PreLookahead(dim, lookahead)
+        self.encoders = nn.ModuleList(ConformerBlock(dim, heads, hidden) for _ in range(blocks))
+        self.up_layer = Upsample2x(dim)
+        self.up_embed = LinearInput(dim, dim)
+        self.up_encoders = nn.ModuleList(ConformerBlock(dim, heads, hidden) for _ in range(up_blocks))
+        self.after_norm = nn.LayerNorm(dim, eps=1e-5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, pos = self.embed(x)
+        x = self.pre_lookahead_layer(x)
+        for block in self.encoders:
+            x = block(x, pos)
+        x = self.up_layer(x.transpose(1, 2)).transpose(1, 2)
+        x, pos = self.up_embed(x)
+        for block in self.up_encoders:
+            x = block(x, pos)
+        return self.after_norm(x)
+
+
+# --- flow-matching estimator (causal 1-D U-Net with transformer blocks) ---------------------------
+class CausalConv1d(nn.Conv1d):
+    def __init__(self, cin: int, cout: int, kernel: int) -> None:
+        super().__init__(cin, cout, kernel)
+        self.left = kernel - 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(F.pad(x, (self.left, 0)))
+
+
+class _ChannelsLast(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(1, 2)
+
+
+class CausalBlock(nn.Module):
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        # Indices 0 and 2 carry weights (conv, layer norm), as in the released checkpoint.
+        self.block = nn.Sequential(CausalConv1d(cin, cout, 3), _ChannelsLast(), nn.LayerNorm(cout),
+                                   _ChannelsLast(), nn.Mish())
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.block(x * mask) * mask
+
+
+class CausalResnet(nn.Module):
+    def __init__(self, cin: int, cout: int, time_dim: int) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Mish(), nn.Linear(time_dim, cout))
+        self.block1 = CausalBlock(cin, cout)
+        self.block2 = CausalBlock(cout, cout)
+        self.res_conv = nn.Conv1d(cin, cout, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        h = self.block1(x, mask) + self.mlp(t).unsqueeze(-1)
+        return self.block2(h, mask) + self.res_conv(x * mask)
+
+
+class _GeluProj(nn.Module):
+    def __init__(self, dim: int, inner: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(dim, inner)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.proj(x))
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self, dim: int, heads: int, head_dim: int) -> None:
+        super().__init__()
+        inner = heads * head_dim
+        self.heads, self.head_dim = heads, head_dim
+        self.to_q = nn.Linear(dim, inner, bias=False)
+        self.to_k = nn.Linear(dim, inner, bias=False)
+        self.to_v = nn.Linear(dim, inner, bias=False)
+        self.to_out = nn.ModuleList([nn.Linear(inner, dim), nn.Dropout(0.0)])
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        split = lambda y: y.view(b, t, self.heads, self.head_dim).transpose(1, 2)  # noqa: E731
+        out = F.scaled_dot_product_attention(split(self.to_q(x)), split(self.to_k(x)), split(self.to_v(x)),
+                                             attn_mask=bias)
+        return self.to_out[0](out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn1 = _SelfAttention(dim, heads, head_dim)
+        self.norm3 = nn.LayerNorm(dim)
+        self.ff = nn.Module()
+        self.ff.net = nn.ModuleList([_GeluProj(dim, dim * 4), nn.Dropout(0.0), nn.Linear(dim * 4, dim)])
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        x = self.attn1(self.norm1(x), bias) + x
+        h = self.norm3(x)
+        for layer in self.ff.net:
+            h = layer(h)
+        return h + x
+
+
+class _TimeMLP(nn.Module):
+    def __init__(self, cin: int, dim: int) -> None:
+        super().__init__()
+        self.linear_1 = nn.Linear(cin, dim)
+        self.linear_2 = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(F.silu(self.linear_1(x)))
+
+
+def timestep_sinusoids(t: torch.Tensor, dim: int, scale: float = 1000) -> torch.Tensor:
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, device=t.device).float() * -(math.log(10000) / (half - 1)))
+    arg = scale * t.unsqueeze(1) * freq.unsqueeze(0)
+    return torch.cat((arg.sin(), arg.cos()), dim=-1)
+
+
+class Estimator(nn.Module):
+    """Velocity field v(x, t | mu, spk, cond): one down level, mid blocks, one up level."""
+
+    def __init__(self, in_channels: int, out_channels: int, channels: int, n_blocks: int, mid_blocks: int,
+                 heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.in_channels = in_channels
+        time_dim = channels * 4
+        self.time_mlp = _TimeMLP(in_channels, time_dim)
+
+        def stage(cin: int) -> nn.ModuleList:
+            return nn.ModuleList([CausalResnet(cin, channels, time_dim),
+                                  nn.ModuleList(TransformerBlock(channels, heads, head_dim) for _ in range(n_blocks))])
+
+        down = stage(in_channels)
+        down.append(CausalConv1d(channels, channels, 3))
+        self.down_blocks = nn.ModuleList([down])
+        self.mid_blocks = nn.ModuleList(stage(channels) for _ in range(mid_blocks))
+        up = stage(channels * 2)
+        up.append(CausalConv1d(channels, channels, 3))
+        self.up_blocks = nn.ModuleList([up])
+        self.final_block = CausalBlock(channels, channels)
+        self.final_proj = nn.Conv1d(channels, out_channels, 1)
+
+    @staticmethod
+    def _transformers(blocks: nn.ModuleList, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        keep = mask.bool()  # [B, 1, T] -> additive bias [B, 1, T, T] (0 = attend, -1e10 = padding)
+        bias = ((1.0 - keep.repeat(1, x.shape[-1], 1).to(x.dtype)) * -1.0e10).unsqueeze(1)
+        h = x.transpose(1, 2).contiguous()
+        for block in blocks:
+            h = block(h, bias)
+        return h.transpose(1, 2).contiguous()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, mu: torch.Tensor, t: torch.Tensor,
+                spks: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        temb = self.time_mlp(timestep_sinusoids(t, self.in_channels).to(t.dtype))
+        h = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
+        resnet, blocks, down = self.down_blocks[0]
+        h = self._transformers(blocks, resnet(h, mask, temb), mask)
+        skip = h
+        h = down(h * mask)
+        for resnet, blocks in self.mid_blocks:
+            h = self._transformers(blocks, resnet(h, mask, temb), mask)
+        resnet, blocks, up = self.up_blocks[0]
+        h = torch.cat([h[:, :, :skip.shape[-1]], skip], dim=1)
+        h = self._transformers(blocks, resnet(h, mask, temb), mask)
+        h = up(h * mask)
+        h = self.final_block(h, mask)
+        return self.final_proj(h * mask) * mask
+
+
+class CFMDecoder(nn.Module):
+    """Euler ODE solve from fixed noise with classifier-free guidance."""
+
+    def __init__(self, estimator: Estimator, cfg_rate: float = 0.7) -> None:
+        super().__init__()
+        self.estimator = estimator
+        self.cfg_rate = cfg_rate
+        # The released runtime starts every utterance from the same noise: torch seed 0, one draw.
+        self.noise = torch.randn(1, MEL_BINS, NOISE_FRAMES, generator=torch.Generator().manual_seed(0))
+
+    def forward(self, mu: torch.Tensor, mask: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor,
+                steps: int = 10) -> torch.Tensor:
+        frames = mu.shape[2]
+        if frames > NOISE_FRAMES:
+            raise ValueError(f"{frames} mel frames exceed the decoder's {NOISE_FRAMES}; synthesize shorter text")
+        x = self.noise[:, :, :frames].to(mu)
+        grid = torch.linspace(0, 1, steps + 1, device=mu.device, dtype=mu.dtype)
+        grid = 1 - torch.cos(grid * 0.5 * torch.pi)
+        t, dt = grid[0].unsqueeze(0), grid[1] - grid[0]
+        zeros = torch.zeros_like
+        mu2 = torch.cat([mu, zeros(mu)])
+        spks2 = torch.cat([spks, zeros(spks)])
+        cond2 = torch.cat([cond, zeros(cond)])
+        mask2 = torch.cat([mask, mask])
+        for step in range(1, len(grid)):
+            v = self.estimator(torch.cat([x, x]), mask2, mu2, t.expand(2), spks2, cond2)
+            v_cond, v_free = v[:1], v[1:]
+            x = x + dt * ((1.0 + self.cfg_rate) * v_cond - self.cfg_rate * v_free)
+            t = t + dt
+            if step < len(grid) - 1:
+                dt = grid[step + 1] - t
+        return x.float()
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    vocab_size: int = 6561
+    input_size: int = 512
+    spk_embed_dim: int = 192
+    token_mel_ratio: int = 2
+    pre_lookahead_len: int = 3
+    encoder_heads: int = 8
+    encoder_units: int = 2048
+    encoder_blocks: int = 6
+    estimator_in: int = 320
+    estimator_channels: int = 256
+    estimator_blocks: int = 4
+    estimator_mid_blocks: int = 12
+    estimator_heads: int = 8
+    estimator_head_dim: int = 64
+    cfg_rate: float = 0.7
+    timesteps: int = 10
+
+
+class CausalFlow(nn.Module):
+    """CausalMaskedDiffWithXvec, offline inference."""
+
+    def __init__(self, cfg: FlowConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.input_embedding = nn.Embedding(cfg.vocab_size, cfg.input_size)
+        self.spk_embed_affine_layer = nn.Linear(cfg.spk_embed_dim, MEL_BINS)
+        self.encoder = TokenEncoder(cfg.input_size, cfg.encoder_heads, cfg.encoder_units, cfg.encoder_blocks,
+                                    lookahead=cfg.pre_lookahead_len)
+        self.encoder_proj = nn.Linear(cfg.input_size, MEL_BINS)
+        self.decoder = CFMDecoder(Estimator(cfg.estimator_in, MEL_BINS, cfg.estimator_channels, cfg.estimator_blocks,
+                                            cfg.estimator_mid_blocks, cfg.estimator_heads, cfg.estimator_head_dim),
+                                  cfg.cfg_rate)
+
+    @torch.inference_mode()
+    def inference(self, token: torch.Tensor, prompt_token: torch.Tensor, prompt_feat: torch.Tensor,
+                  embedding: torch.Tensor) -> torch.Tensor:
+        """token/prompt_token [1, N] ints, prompt_feat [1, 2*Np, 80], embedding [1, 192] -> mel [1, 80, 2N]."""
+        spks = self.spk_embed_affine_layer(F.normalize(embedding.float(), dim=1))
+        tokens = torch.cat([prompt_token, token], dim=1).long()
+        h = self.encoder(self.input_embedding(torch.clamp(tokens, min=0)))
+        prompt_frames = prompt_feat.shape[1]
+        mu = self.encoder_proj(h).transpose(1, 2).contiguous()
+        cond = torch.zeros(1, h.shape[1], MEL_BINS, dtype=h.dtype, device=h.device)
+        cond[:, :prompt_frames] = prompt_feat
+        mask = torch.ones(1, 1, h.shape[1], dtype=h.dtype, device=h.device)
+        mel = self.decoder(mu, mask, spks, cond.transpose(1, 2), steps=self.cfg.timesteps)
+        return mel[:, :, prompt_frames:]
