@@ -27,6 +27,7 @@ from ...media.yuv import rgb_to_yuv420p
 from ...vision.faces import apply_affines, invert_affines
 from ...vision.paste import frame_space_masks
 from ...vision.paste_torch import paste_boxes, paste_footprint
+from ..devices import torch_cuda_usable
 from .driver import GeneratedCrops
 
 CHUNK_FRAMES = 32  # frames per GPU step / encoder write: a few tens of MB of uint8 at 512 px
@@ -149,7 +150,7 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
 
     from ...media.stream_smooth import StreamingSmoother
 
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = torch.device(device or ("cuda" if torch_cuda_usable() else "cpu"))  # ComfyUI's --cpu respected
     track, idx, n = gen.track, np.asarray(gen.idx, np.int64), len(gen)
     if n == 0:
         raise ValueError("no frames to render: the generated crops are empty")
@@ -235,7 +236,7 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
     import torch
 
     t0 = time.perf_counter()
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = torch.device(device or ("cuda" if torch_cuda_usable() else "cpu"))  # ComfyUI's --cpu respected
     n = len(gen)
     height, width = gen.track.frames.shape[1:3]
 
