@@ -8,20 +8,12 @@ from __future__ import annotations
 from typing import Callable
 
 from .chunking import TextChunk, split_oversized, split_sentences
-from .language import SUPPORTED, detect_language
-from .phonemize import _NORMALIZERS, EmptyTextError
+from .phonemize import _NORMALIZERS, primary_language
 
 
 def text_chunks(text: str, lang: str, measure: Callable[[str], int], max_len: int) -> tuple[str, list[TextChunk]]:
     """(language used, normalised sentence chunks each within max_len of `measure`)."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if not text.strip():
-        raise EmptyTextError("text is empty; type the sentence(s) the voice should speak")
-    if lang not in ("auto", *SUPPORTED):
-        raise ValueError(f"lang must be 'auto', 'en' or 'zh', got {lang!r}")
-    detected = detect_language(text)
-    primary = detected if lang == "auto" else lang
+    primary = primary_language(text, lang)
     chunks: list[TextChunk] = []
     for sentence in split_sentences(_NORMALIZERS[primary](text)):
         chunks += split_oversized(sentence.text, measure, max_len, sentence.pause_after_s)

@@ -61,13 +61,9 @@ def _g2p_piece(text: str, primary: str) -> tuple[str, list[str], list[str]]:
     return out, unknown, guessed
 
 
-def phonemize(text: str, lang: str = "auto", max_phonemes: int = MAX_PHONEMES) -> list[PhonemeChunk]:
-    """Turn text into speakable Kokoro phoneme chunks.
-
-    lang: 'auto' (detect), 'en' or 'zh' (how numbers etc. are read; Han characters are always
-    read as Mandarin and Latin words as English). Raises EmptyTextError,
-    UnsupportedLanguageError, NothingSpeakableError (all ValueError).
-    """
+def primary_language(text: str, lang: str) -> str:
+    """The language `text` is read in ('en'/'zh'), after the checks every engine shares: a non-empty
+    str and a supported `lang` ('auto' = detected; unsupported scripts are refused either way)."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     if not text.strip():
@@ -75,7 +71,17 @@ def phonemize(text: str, lang: str = "auto", max_phonemes: int = MAX_PHONEMES) -
     if lang not in ("auto", *SUPPORTED):
         raise ValueError(f"lang must be 'auto', 'en' or 'zh', got {lang!r}")
     detected = detect_language(text)  # also refuses unsupported scripts when lang is given
-    primary = detected if lang == "auto" else lang
+    return detected if lang == "auto" else lang
+
+
+def phonemize(text: str, lang: str = "auto", max_phonemes: int = MAX_PHONEMES) -> list[PhonemeChunk]:
+    """Turn text into speakable Kokoro phoneme chunks.
+
+    lang: 'auto' (detect), 'en' or 'zh' (how numbers etc. are read; Han characters are always
+    read as Mandarin and Latin words as English). Raises EmptyTextError,
+    UnsupportedLanguageError, NothingSpeakableError (all ValueError).
+    """
+    primary = primary_language(text, lang)
     normalised = _NORMALIZERS[primary](text)
     vocab = load_vocab()
 
