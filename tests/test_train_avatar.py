@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -410,5 +411,8 @@ def test_train_avatar_node_report_carries_the_warning(clip, monkeypatch):
                               time_budget_minutes=0.05, device="cpu", resume=False)
     avatar, report = out["result"]
     warning = [line for line in report.splitlines() if line.startswith("warning: ")]
-    assert len(warning) == 1 and f"allows about {avatar.meta['steps']} training steps on cpu" in warning[0], report
+    # the warning comes from the speed estimate early in training (a count near the steps reached, not
+    # equal to them: the per-step time varies with the machine's load)
+    found = re.search(r"allows about (\d+) training steps on cpu", warning[0]) if len(warning) == 1 else None
+    assert found is not None and int(found.group(1)) < 400 and avatar.meta["steps"] < 400, report
     assert "needs at least 400" in warning[0] and out["ui"]["text"] == [report]
