@@ -60,24 +60,24 @@ def make_photo(path: Path, size: tuple[int, int] = (4000, 3000)) -> Path:
     return path
 
 
-def make_video(path: Path, seconds: float) -> Path:
-    """A 1080x1920 H.264 talking video of `seconds` (the shared clip upscaled and looped)."""
+def _looped(source: Path, path: Path, seconds: float, output_args: list[str]) -> Path:
+    """`source` looped to `seconds` and re-encoded with `output_args` (kept if already made)."""
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([_ffmpeg(), "-hide_banner", "-loglevel", "error", "-y", "-stream_loop", "-1", "-i", str(TALK_CLIP),
-                    "-t", f"{seconds}", "-vf", "scale=1080:1080:flags=bicubic,pad=1080:1920:0:420,setsar=1",
-                    "-c:v", "libx264", "-preset", "ultrafast", "-crf", "23", "-c:a", "aac", str(path)], check=True)
+    subprocess.run([_ffmpeg(), "-hide_banner", "-loglevel", "error", "-y", "-stream_loop", "-1", "-i", str(source),
+                    "-t", f"{seconds}", *output_args, str(path)], check=True)
     return path
+
+
+def make_video(path: Path, seconds: float) -> Path:
+    """A 1080x1920 H.264 talking video of `seconds` (the shared clip upscaled and looped)."""
+    return _looped(TALK_CLIP, path, seconds, ["-vf", "scale=1080:1080:flags=bicubic,pad=1080:1920:0:420,setsar=1",
+                                              "-c:v", "libx264", "-preset", "ultrafast", "-crf", "23", "-c:a", "aac"])
 
 
 def make_speech(path: Path, seconds: float) -> Path:
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([_ffmpeg(), "-hide_banner", "-loglevel", "error", "-y", "-stream_loop", "-1", "-i", str(SPEECH_CLIP),
-                    "-t", f"{seconds}", "-ac", "1", str(path)], check=True)
-    return path
+    return _looped(SPEECH_CLIP, path, seconds, ["-ac", "1"])
 
 
 def rows() -> dict[str, callable]:

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ...vision.paste import lower_face_mask
-from ..talking_head.driver import (GeneratedCrops, frame_schedule, output_frame_count, validate_audio,
-                                   validate_track)
+from ..talking_head.driver import (GeneratedCrops, frame_schedule, output_frame_count, reference_warnings,
+                                   validate_audio, validate_track)
 from .blend import EXTRA_MARGIN, crop_face, resize_to_box, square_box
 from .files import LICENCE_NOTE
 from .geometry import musetalk_box
@@ -151,13 +151,7 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     timings["audio"] = time.perf_counter() - t1
     batch_size = int(batch_size) or (32 if device == "cuda" else 4)
 
-    warnings = list(notes)
-    lost = int(np.count_nonzero(~track.found[np.unique(idx)]))
-    if lost:
-        warnings.append(f"{lost} reference frame(s) used have no detected face (interpolated landmarks)")
-    if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
-        warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
-                        f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
+    warnings = list(notes) + reference_warnings(track, idx, n_out, fps, loop_mode)
     pipe = MuseTalkPipeline(net, seed=seed)
     renderer = _MuseTalkRenderer(pipe, track, idx, windows, batch_size, should_stop)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,

@@ -21,7 +21,7 @@ from .avatar_store import AvatarInfo, load_avatar
 from .clone_model import (GeneratorConfig, batch_for_free_memory, crops_to_regions, generator_spec,
                           regions_into_crops)
 from .driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
-                     phase_progress, validate_audio, validate_track)
+                     phase_progress, reference_warnings, validate_audio, validate_track)
 from .train_avatar import crops_at_size
 
 MODEL_NAME = "clone"
@@ -149,9 +149,7 @@ def clone_crops(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, s
     if config.crop_size != track.crop_size:
         warnings.append(f"avatar was trained at {config.crop_size}px crops, the faces are {track.crop_size}px: "
                         f"generated at {config.crop_size}px and resized")
-    if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
-        warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
-                        f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
+    warnings += reference_warnings(track, idx, n_out, fps, loop_mode, lost_detail=None)
     renderer = _CloneRenderer(runner, track, idx, windows, config, neutral, batch_size, should_stop)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"{runner.backend} {runner.precision}", timings=timings, warnings=warnings,

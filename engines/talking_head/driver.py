@@ -215,6 +215,21 @@ def render_frames(track_sched: FaceTrack, generated_crops: np.ndarray, masks: np
                             color_match=color_match, keep_detail=keep_detail, progress=progress)
 
 
+def reference_warnings(track: FaceTrack, idx: np.ndarray, n_out: int, fps: float, loop_mode: str,
+                       lost_detail: str | None = "") -> list[str]:
+    """What every model says about its schedule: reference frames used that had no detected face
+    (lost_detail: appended to that warning; None = the model does not warn about it) and audio longer
+    than the reference video (frames looped / ping-ponged / held)."""
+    warnings: list[str] = []
+    lost = int(np.count_nonzero(~track.found[np.unique(idx)]))
+    if lost and lost_detail is not None:
+        warnings.append(f"{lost} reference frame(s) used have no detected face (interpolated landmarks){lost_detail}")
+    if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
+        warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
+                        f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
+    return warnings
+
+
 # --- input checks ----------------------------------------------------------------------------------
 def validate_audio(audio: np.ndarray, sample_rate: int, max_seconds: float = 600.0,
                    name: str = "audio") -> np.ndarray:

@@ -18,7 +18,7 @@ from ...vision.faces import apply_affines, invert_affines
 from ...parallel import for_each_frame
 from ...vision.paste import lower_face_mask
 from .driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
-                     phase_progress, validate_audio, validate_track)
+                     phase_progress, reference_warnings, validate_audio, validate_track)
 from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, render_mouth
 from .speech_drive import mouth_params
 
@@ -110,14 +110,8 @@ def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     params = mouth_params(wave, int(sample_rate), fps, n_out).scaled(strength)
     timings["drive"] = time.perf_counter() - t0
 
-    warnings: list[str] = []
-    lost = int(np.count_nonzero(~track.found[np.unique(idx)]))
-    if lost:
-        warnings.append(f"{lost} reference frame(s) used have no detected face (interpolated landmarks); "
-                        "their mouths follow the interpolated position")
-    if len(track) > 1 and n_out > len(track) * fps / max(track.fps, 1e-6) + 1:
-        warnings.append(f"audio ({n_out / fps:.1f} s) is longer than the reference video "
-                        f"({len(track) / track.fps:.1f} s); reference frames are {loop_mode}ed")
+    warnings = reference_warnings(track, idx, n_out, fps, loop_mode,
+                                  "; their mouths follow the interpolated position")
     renderer = _PortraitRenderer(track, idx, params)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=_backend_name(), timings=timings, warnings=warnings, render=renderer.render,
