@@ -174,13 +174,13 @@ def video_probe_frames(path: Path, max_seconds: float, probes: int = _VIDEO_PROB
     """Up to `probes` key frames (rotation applied, longest side <= 960) from the first `max_seconds`,
     at least max_seconds/probes apart, the first frame first; one ffmpeg run that decodes nothing else.
     A clip whose only key frame is the first gives one frame."""
-    from .media.ffmpeg_tools import base_args
+    from .media.ffmpeg_tools import base_args, passthrough_args
 
     gap = max_seconds / probes
     scale = f"scale='min({_PROBE_SIDE},iw)':'min({_PROBE_SIDE},ih)':force_original_aspect_ratio=decrease"
     select = f"select='isnan(prev_selected_t)+gte(t-prev_selected_t\\,{gap:.3f})'"
     cmd = [*base_args(), "-loglevel", "error", "-skip_frame", "nokey", "-t", f"{max_seconds:.3f}", "-i", str(path),
-           "-map", "0:v:0", "-vf", f"{select},{scale}", "-fps_mode", "passthrough", "-frames:v", str(probes),
+           "-map", "0:v:0", "-vf", f"{select},{scale}", *passthrough_args(), "-frames:v", str(probes),
            "-f", "image2pipe", "-c:v", "ppm", "pipe:1"]
     try:
         proc = subprocess.run(cmd, capture_output=True, timeout=60, check=False)

@@ -11,12 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def import_pack():
     if "digital_human" in sys.modules:
         return sys.modules["digital_human"]
-    try:  # installed (pip install -e .)
+    try:  # installed (pip install -e .), or on PYTHONPATH
         import digital_human
 
         return digital_human
-    except ImportError:
-        pass
+    except ModuleNotFoundError as exc:
+        if exc.name != "digital_human":  # found but broken: never fall back to another copy silently
+            raise
     spec = importlib.util.spec_from_file_location("digital_human", ROOT / "__init__.py",
                                                   submodule_search_locations=[str(ROOT)])
     module = importlib.util.module_from_spec(spec)

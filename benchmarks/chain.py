@@ -14,6 +14,11 @@ models released after use (the small-GPU mode) next to keeping everything loaded
   python benchmarks/chain.py --models portrait clone     # clone: random-weight avatar of the photo
                                                          # (its speed does not depend on the weights)
   python benchmarks/chain.py --paths headless node       # the CLI's headless video path and/or the nodes
+  python benchmarks/chain.py --save-audio DIR            # write each length's TTS speech as DIR/speech_<len>.wav
+  python benchmarks/chain.py --audio-dir DIR             # use those WAVs instead of TTS (a machine without the
+                                                         # TTS model; the tts column is then 0); with PYTHONPATH
+                                                         # pointing at another checkout, the same rows of that
+                                                         # version (old vs new in one run)
 """
 from __future__ import annotations
 
@@ -56,7 +61,7 @@ def _cuda():
 
 
 def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model: str = "portrait",
-              unload: bool = False, headless: bool = False) -> dict[str, float]:
+              unload: bool = False, headless: bool = False, speech=None) -> dict[str, float]:
     """One text -> MP4 run through the nodes; stage seconds, audio seconds and (CUDA) peak GPU MiB.
     unload: release each stage's models once the stage is done (engines.loader.release).
     headless: after TTS and FaceAlign, the CLI's headless video path (model crops -> render_talking_video:
@@ -85,7 +90,10 @@ def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model
         t[name] = time.perf_counter() - start
         return result
 
-    speech = stage("tts", TRT_TTS()._synthesize, text, speaker, "en", 1.0, 1.0, "auto", backend, "auto")
+    if speech is None:
+        speech = stage("tts", TRT_TTS()._synthesize, text, speaker, "en", 1.0, 1.0, "auto", backend, "auto")
+    else:  # pre-made speech (--audio-dir): no TTS stage
+        t["tts"] = 0.0
     if unload:
         loader.release("voice")
     faces, _, _ = stage("align", FaceAlign().align, face_image, 25.0, backend=backend)
@@ -101,7 +109,9 @@ def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model
         result = stage("video", render_talking_video, gen, speech.waveform, speech.sample_rate, path,
                        smooth_strength=0.5)
         video = t.pop("video")
-        t["smooth"] = result.timings["paste_smooth"]
+        # the streaming path overlaps generation, paste-back, smoothing and encoding: one time for all
+        # (reported under mux; older versions report paste_smooth separately)
+        t["smooth"] = result.timings.get("paste_smooth", 0.0)
         t["to_uint8"] = 0.0
         t["mux"] = video - t["smooth"]
     else:
@@ -156,6 +166,35 @@ def headless_parity(text: str, speaker, face_image, model: str) -> dict:
             "psnr_db": round(10 * np.log10(255.0 ** 2 / mse), 2) if mse else float("inf"),
             "max_abs": int(diff.max()), "share_over_2": float((diff > 2).mean()),
             "yuv_device_equals_cpu": bool(torch.equal(yuv_device, yuv_cpu))}
+
+
+class WavSpeech:
+    """Speech read from a 16-bit WAV (stdlib only, so any version of the pack can be timed on it)."""
+
+    def __init__(self, path: Path):
+        import wave
+
+        import numpy as np
+
+        with wave.open(str(path), "rb") as wav:
+            self.sample_rate = wav.getframerate()
+            pcm = np.frombuffer(wav.readframes(wav.getnframes()), np.int16)
+        self.waveform = pcm.astype(np.float32) / 32768.0  # mono, as the TTS returns it
+        self.audio_seconds = self.waveform.shape[0] / self.sample_rate
+
+    @staticmethod
+    def save(path: Path, waveform, sample_rate: int) -> None:
+        import wave
+
+        import numpy as np
+
+        pcm = (np.clip(np.asarray(waveform, np.float32).reshape(-1), -1.0, 1.0) * 32767.0).astype(np.int16)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with wave.open(str(path), "wb") as wav:
+            wav.setnchannels(1)
+            wav.setsampwidth(2)
+            wav.setframerate(int(sample_rate))
+            wav.writeframes(pcm.tobytes())
 
 
 def load_or_fit_speaker(voice: Path, speaker_file: Path | None):
@@ -224,6 +263,8 @@ def main() -> None:
     parser.add_argument("--parity", action="store_true",
                         help="also compare the headless path's frames with the node path's (10 s of speech)")
     parser.add_argument("--unload", action="store_true", help="also run with stage unloading (peak GPU memory)")
+    parser.add_argument("--save-audio", type=Path, help="write each length's TTS speech as DIR/speech_<len>.wav, exit")
+    parser.add_argument("--audio-dir", type=Path, help="speech from DIR/speech_<len>.wav instead of TTS")
     args = parser.parse_args()
     import_pack()
     import numpy as np
@@ -231,11 +272,26 @@ def main() -> None:
 
     from digital_human.nodes.image_convert import uint8_to_image
 
-    speaker, fit_seconds = load_or_fit_speaker(args.voice, args.speaker)
+    if args.audio_dir:
+        speaker, fit_seconds = None, 0.0
+        speeches = {length: WavSpeech(args.audio_dir / f"speech_{length}.wav") for length in args.lengths}
+    else:
+        speaker, fit_seconds = load_or_fit_speaker(args.voice, args.speaker)
+        speeches = {}
+    if args.save_audio:
+        from digital_human.nodes.voice_nodes import TRT_TTS
+
+        for length in args.lengths:
+            speech = TRT_TTS()._synthesize(TEXTS[length], speaker, "en", 1.0, 1.0, "auto", "auto", "auto")
+            WavSpeech.save(args.save_audio / f"speech_{length}.wav", speech.waveform, speech.sample_rate)
+        return
     with Image.open(args.face) as img:
         face = uint8_to_image(np.asarray(img.convert("RGB"))[None])
     out_dir = Path(tempfile.mkdtemp(prefix="dh-chain-"))
-    report = {**environment(), "voice_fit_or_load_s": round(fit_seconds, 2), "rows": []}
+    import digital_human
+
+    report = {**environment(), "pack": str(Path(digital_human.__file__).resolve().parent),
+              "voice_fit_or_load_s": round(fit_seconds, 2), "rows": []}
     models = {"portrait": "portrait"}
     if "clone" in args.models:
         models["clone"] = random_avatar(face)
@@ -253,7 +309,7 @@ def main() -> None:
             for backend, unload, headless, label in configs:
                 def once() -> dict[str, float]:
                     return run_chain(TEXTS[length], speaker, face, backend, out_dir, models[model_key], unload,
-                                     headless)
+                                     headless, speeches.get(length))
 
                 once()  # warm-up
                 runs = [once() for _ in range(args.repeats)]

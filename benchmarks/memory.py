@@ -117,6 +117,7 @@ def rows() -> dict[str, callable]:
         "animate_video10_speech10": animate(lambda: video(10), lambda: speech(10), "animate_video10_speech10"),
         "animate_video60_speech60": animate(lambda: video(60), lambda: speech(60), "animate_video60_speech60"),
         "animate_video300_speech60": animate(lambda: video(300), lambda: speech(60), "animate_video300_speech60"),
+        "animate_video300_speech300": animate(lambda: video(300), lambda: speech(300), "animate_video300_speech300"),
         "run_photo512_text10": run(lambda: PORTRAIT, 1, "run_photo512_text10"),
         "run_photo512_text60": run(lambda: PORTRAIT, 6, "run_photo512_text60"),
         "run_photo512_text600": run(lambda: PORTRAIT, 60, "run_photo512_text600"),

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import subprocess
 
 
 class FFmpegMissingError(RuntimeError):
@@ -51,6 +53,33 @@ def ffmpeg_exe() -> str:
 def base_args() -> list[str]:
     """Arguments every call starts with: quiet banner, never read the terminal."""
     return [ffmpeg_exe(), "-hide_banner", "-nostdin"]
+
+
+def ffmpeg_version() -> tuple[int, int] | None:
+    """(major, minor) of the ffmpeg binary in use, or None for builds that name no release (git
+    snapshots "N-12345-g...", newer than any release this pack meets)."""
+    return _binary_version(ffmpeg_exe())
+
+
+@functools.lru_cache(maxsize=4)
+def _binary_version(exe: str) -> tuple[int, int] | None:
+    try:
+        head = subprocess.run([exe, "-hide_banner", "-version"], capture_output=True, text=True,
+                              timeout=30, check=False).stdout.split("\n", 1)[0]
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.match(r"ffmpeg version n?(\d+)\.(\d+)", head)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def passthrough_args() -> list[str]:
+    """Output options for one output frame per decoded frame (no frame dropped or repeated to fit a
+    rate). ffmpeg 5.1 renamed `-vsync` to `-fps_mode` and 8.0 removed `-vsync`; imageio-ffmpeg 0.5.1
+    (which this pack accepts, and which ComfyUI set-ups often hold) bundles ffmpeg 4.2.2."""
+    version = ffmpeg_version()
+    if version is not None and version < (5, 1):
+        return ["-vsync", "passthrough"]
+    return ["-fps_mode", "passthrough"]
 
 
 def stderr_tail(text: str | bytes, lines: int = 12) -> str:

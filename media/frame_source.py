@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .ffmpeg_tools import base_args, drain_stderr, stderr_tail
+from .ffmpeg_tools import base_args, drain_stderr, passthrough_args, stderr_tail
 from .probe import ProbeError, _read_exact, probe_media
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
@@ -162,7 +162,7 @@ class VideoFrames:
         cmd += ["-i", str(self.path), "-map", "0:v:0", "-an", "-sn"]
         if (self.width, self.height) != self.source_size:
             cmd += ["-vf", f"scale={self.width}:{self.height}:flags=area"]
-        cmd += ["-frames:v", str(self._count - t), "-fps_mode", "passthrough", "-f", "rawvideo",
+        cmd += ["-frames:v", str(self._count - t), *passthrough_args(), "-f", "rawvideo",
                 "-pix_fmt", "rgb24", "pipe:1"]
         self._err = []
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .ffmpeg_tools import base_args, drain_stderr, stderr_tail
+from .ffmpeg_tools import base_args, drain_stderr, passthrough_args, stderr_tail
 
 _NOPTS = -(2**63)
 
@@ -278,7 +278,7 @@ def read_video_frames(
     if max_frames:
         cmd += ["-frames:v", str(int(max_frames))]
     # passthrough: one output frame per decoded frame (no duplication/dropping to a frame rate).
-    cmd += ["-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
+    cmd += [*passthrough_args(), "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
 
     out = np.empty((limit, h, w, 3), dtype=np.uint8)
     err: list[bytes] = []

@@ -300,3 +300,26 @@ def test_float_wav_writer_round_trips_through_soundfile(tmp_path):
     assert np.array_equal(back.T, wave)
     with pytest.raises(ValueError, match="wave must be"):
         write_float_wav(tmp_path / "y.wav", np.zeros((1, 2, 3)), 48000)
+
+
+@pytest.mark.parametrize("banner, expected", [
+    ("ffmpeg version 4.2.2-static https://johnvansickle.com/ffmpeg/", ["-vsync", "passthrough"]),  # imageio-ffmpeg 0.5.1
+    ("ffmpeg version 5.0.1 Copyright (c) 2000-2022", ["-vsync", "passthrough"]),
+    ("ffmpeg version 5.1 Copyright (c) 2000-2022", ["-fps_mode", "passthrough"]),
+    ("ffmpeg version n9.0.2-17-g2a571b6068-20260930 Copyright", ["-fps_mode", "passthrough"]),  # imageio-ffmpeg 0.8
+    ("ffmpeg version N-112345-gabcdef Copyright", ["-fps_mode", "passthrough"]),  # git snapshot: newest
+])
+def test_passthrough_option_follows_the_ffmpeg_version(tmp_path, monkeypatch, banner, expected):
+    """ffmpeg 4.x (imageio-ffmpeg 0.5.1) knows only -vsync, ffmpeg 8+ only -fps_mode: every video read
+    failed on the older wheel before the option followed the binary's version."""
+    from digital_human.media import ffmpeg_tools
+
+    exe = tmp_path / "ffmpeg"
+    exe.write_text(f"#!/bin/sh\necho '{banner}'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(exe))
+    ffmpeg_tools.ffmpeg_exe.cache_clear()
+    try:
+        assert ffmpeg_tools.passthrough_args() == expected
+    finally:
+        ffmpeg_tools.ffmpeg_exe.cache_clear()

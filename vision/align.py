@@ -57,8 +57,12 @@ def fit_similarity(src: np.ndarray, dst: np.ndarray) -> tuple[float, float, floa
 def params_from_landmarks(landmarks: np.ndarray) -> np.ndarray:
     """[N, 468, >=2] source landmarks -> [N, 4] (cx, cy, log face height px, angle): the
     template's origin, size and roll in the source image."""
-    return np.array([fit_similarity(TEMPLATE_XY, lm[TEMPLATE_INDEX, :2].astype(np.float64))
-                     for lm in landmarks])
+    return params_from_template_points(np.asarray(landmarks)[:, TEMPLATE_INDEX])
+
+
+def params_from_template_points(points: np.ndarray) -> np.ndarray:
+    """params_from_landmarks from the template's points alone ([N, len(TEMPLATE), >=2])."""
+    return np.array([fit_similarity(TEMPLATE_XY, p[:, :2].astype(np.float64)) for p in points]).reshape(-1, 4)
 
 
 def affines_from_params(params: np.ndarray, crop_size: int, expand: float) -> np.ndarray:
@@ -280,12 +284,13 @@ def align_faces(frames: np.ndarray, fps: float, *, crop_size: int = 256, expand:
 
     warnings: list[str] = []
     params = np.zeros((n, 4))
-    params[found] = params_from_landmarks(raw.landmarks[found])
+    # the template's few points only: a copy of every found frame's mesh would double the landmarks' memory
+    params[found] = params_from_template_points(raw.landmarks[:, TEMPLATE_INDEX][found])
     # unwrap angles over the found frames so interpolation/smoothing never crosses +-pi
     params[found, 3] = np.unwrap(params[found, 3])
     missing = np.flatnonzero(~found)
     params = fill_gaps(params, found, raw.scene_cuts)
-    landmarks = fill_gaps(raw.landmarks, found, raw.scene_cuts).astype(np.float32)
+    landmarks = fill_gaps(raw.landmarks, found, raw.scene_cuts, in_place=True)  # float32, no copy
     if missing.size:
         warnings.append(f"no face in {missing.size} of {n} frames (frames {_ranges(missing)}); their crop "
                         "transform and landmarks were interpolated from the neighbouring frames")

@@ -201,11 +201,15 @@ def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: i
 
 
 # --- transform parameters --------------------------------------------------------------------
-def fill_gaps(values: np.ndarray, found: np.ndarray, cuts: list[int]) -> np.ndarray:
+def fill_gaps(values: np.ndarray, found: np.ndarray, cuts: list[int], in_place: bool = False) -> np.ndarray:
     """Linear interpolation over time of [N, ...] values at frames where `found` is False, inside
     each shot; a shot's leading/trailing gaps hold its nearest value; a shot with no face at all
-    is interpolated between the nearest found frames of the clip."""
-    values = np.array(values, dtype=np.float64, copy=True)
+    is interpolated between the nearest found frames of the clip. in_place: fill `values` itself
+    (keeping its dtype) instead of a float64 copy - a long video's landmarks are ~6 KB a frame."""
+    if not in_place:
+        values = np.array(values, dtype=np.float64, copy=True)
+    elif not values.flags.c_contiguous:  # the reshape below must be a view; the result is what counts
+        values = np.ascontiguousarray(values)
     n = len(values)
     flat = values.reshape(n, -1)
     all_idx = np.flatnonzero(found)
