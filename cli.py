@@ -16,6 +16,9 @@ from typing import Any, Callable
 from .atomic_file import atomic_path
 
 log = logging.getLogger("digital_human")
+# The headless path streams (memory flat in the length), so it takes long speech; the node chain keeps
+# TRT_TalkingHead's 600-s default (ComfyUI holds every frame there). 10 minutes of text is ~630 s of speech.
+HEADLESS_MAX_SPEECH_SECONDS = 4 * 3600.0
 
 
 class StageTimer:
@@ -270,7 +273,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
                                                 _seconds(wave, rate), face_index)
     # crops are generated chunk by chunk while the video is encoded: memory stays flat in the length
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, model, fps, backend=backend,
-                    streaming=True)
+                    streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
     bar = _progress_bar("video", len(gen))
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth,
                        progress=bar)
@@ -548,6 +551,9 @@ def _cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .media.heap import bound_heap_growth
+
+    bound_heap_growth()  # before any thread starts: long videos must not grow the heap (media/heap.py)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     from .nodes.comfy_glue import enable_console_progress

@@ -85,7 +85,9 @@ class Renderer:
 
     def __init__(self, slot: int) -> None:
         from .. import cli
+        from ..media.heap import bound_heap_growth
 
+        bound_heap_growth()  # a worker renders video after video: keep its heap flat (media/heap.py)
         self.slot = slot
         self.jobs_run = 0
         self._face_counts = _remember_face_tracks(cli, "_faces_from_file", FACE_TRACKS_KEPT)
