@@ -120,12 +120,14 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
                    loop_mode: str = "ping-pong", batch_size: int = 0, backend: str = "auto", precision: str = "auto",
                    max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
                    should_stop: Callable[[], bool] | None = None, streaming: bool = False, seed: int = 0,
-                   models_root: Any = None) -> GeneratedCrops:
+                   models_root: Any = None, compile: bool | None = None) -> GeneratedCrops:
     """MuseTalk's crop for every output frame (no paste-back yet); arguments as portrait_crops.
 
     batch_size: frames per UNet batch (0 = 32 on CUDA, 4 on the CPU). backend/precision: torch on CUDA
     (auto = FP16) or the CPU (FP32). seed: the VAE posterior draw of each reference frame.
     streaming: return at once with crops made on demand (GeneratedCrops.render).
+    compile: torch.compile the generation step on CUDA (a minute or more once, then faster batches; worth it
+    for long clips; None = the DIGITAL_HUMAN_MUSETALK_COMPILE variable, "1" to compile).
     Raises MuseTalkFilesError (every missing file and where it goes) before any work."""
     from .audio import audio_windows, feature_extractor
     from .files import locate
@@ -152,7 +154,7 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     batch_size = int(batch_size) or (32 if device == "cuda" else 4)
 
     warnings = list(notes) + reference_warnings(track, idx, n_out, fps, loop_mode)
-    pipe = MuseTalkPipeline(net, seed=seed)
+    pipe = MuseTalkPipeline(net, seed=seed, compile=compile)
     renderer = _MuseTalkRenderer(pipe, track, idx, windows, batch_size, should_stop)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,
