@@ -399,7 +399,8 @@ def similarity_markdown(report: dict) -> list[str]:
         out.append("| speaker | " + " | ".join(f"{n} probe / test" for n in names) + " |")
         out.append("|---|" + "---|" * len(names))
         for r in rows:
-            cells = [f"{f3(r['probe_voice_scores'][n])} / {f3(r['bundled_vs_clone'][n])}" for n in names]
+            # voices that cannot reach the speaker's pitch are never synthesized (no probe score)
+            cells = [f"{f3(r['probe_voice_scores'].get(n))} / {f3(r['bundled_vs_clone'].get(n))}" for n in names]
             out.append(f"| {r['speaker']} | " + " | ".join(cells) + " |")
 
     twins = [r for r in rows if "twin" in r]
@@ -560,12 +561,12 @@ def main(argv: list[str] | None = None) -> int:
     report = run(args)
     report["wall_seconds"] = time.perf_counter() - start
     env = report["environment"]
+    if args.json:  # first: a failure while printing must not lose an hour of measurements
+        write_json(args.json, report)
+        log(f"wrote {args.json}")
     print(f"## Voice-chain benchmark ({env['date']}, {env['cpu']}, {env['cores']} cores, budget {args.budget})\n")
     print(markdown(report))
     print(f"\nTotal wall time {report['wall_seconds'] / 60:.1f} min.")
-    if args.json:
-        write_json(args.json, report)
-        log(f"wrote {args.json}")
     return 0
 
 
