@@ -108,9 +108,10 @@ class FaceTrack:
         path = Path(path)
         arrays = {
             "version": np.array(NPZ_VERSION), "fps": np.array(float(self.fps)),
-            "crop_size": np.array(int(self.crop_size)), "found": self.found.astype(bool),
-            "boxes": self.boxes.astype(np.float32), "landmarks": self.landmarks.astype(np.float32),
-            "affines": self.affines.astype(np.float64), "presence": self.presence.astype(np.float32),
+            # asarray, not astype: no second copy of a long video's landmarks (~6 KB a frame) while saving
+            "crop_size": np.array(int(self.crop_size)), "found": np.asarray(self.found, bool),
+            "boxes": np.asarray(self.boxes, np.float32), "landmarks": np.asarray(self.landmarks, np.float32),
+            "affines": np.asarray(self.affines, np.float64), "presence": np.asarray(self.presence, np.float32),
             "crops": self.crops, "interpolated_count": np.array(int(self.interpolated_count)),
             "warnings": np.array(self.warnings, dtype=str), "face_index": np.array(int(self.face_index)),
             "expand": np.array(float(self.expand)), "scene_cuts": np.array(self.scene_cuts, dtype=np.int64),
