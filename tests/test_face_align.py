@@ -166,3 +166,21 @@ def test_bad_inputs_name_the_input_and_the_fix(runners):
         align_faces(np.zeros((64, 64, 3), np.uint8), 25, runners=runners, crop_size=10)
     with pytest.raises(NoFaceError, match="any of the 3 frames of clip"):
         align_faces(np.zeros((3, 64, 64, 3), np.float32), 25, runners=runners, input_name="clip")  # float 0..1 ok
+
+
+def test_crop_landmarks_per_frame_equal_the_whole_array():
+    """The renderers read crop landmarks per frame (CropLandmarks) so a long video's whole array is never
+    made; the values must be exactly the whole array's."""
+    from digital_human.vision.faces import CropLandmarks, FaceTrack
+
+    rng = np.random.default_rng(0)
+    n = 7
+    affines = np.concatenate([rng.normal(size=(n, 2, 2)), rng.normal(size=(n, 2, 1)) * 50], -1)
+    landmarks = (rng.normal(size=(n, 468, 3)) * 100).astype(np.float32)
+    track = FaceTrack(frames=np.zeros((n, 4, 4, 3), np.uint8), fps=25.0, crop_size=256, found=np.ones(n, bool),
+                      boxes=np.zeros((n, 4), np.float32), landmarks=landmarks, affines=affines,
+                      presence=np.ones(n, np.float32), crops=np.zeros((n, 8, 8, 3), np.uint8))
+    whole, lazy = track.crop_landmarks(), CropLandmarks(track)
+    assert len(lazy) == n
+    for r in range(n):
+        assert lazy[r].dtype == np.float32 and np.array_equal(lazy[np.int64(r)], whole[r])

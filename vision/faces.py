@@ -36,6 +36,22 @@ def apply_affines(points: np.ndarray, affines: np.ndarray) -> np.ndarray:
     return np.einsum("...ij,...kj->...ki", a[..., :2], p) + a[..., None, :, 2]
 
 
+class CropLandmarks:
+    """`FaceTrack.crop_landmarks()` computed one frame at a time, for the renderers that read a frame's
+    crop landmarks on demand: a long video's whole array (with its float64 temporaries) would grow with
+    the length. Same values as the whole array (same arithmetic per frame)."""
+
+    def __init__(self, track: "FaceTrack") -> None:
+        self._landmarks, self._affines = track.landmarks, track.affines
+
+    def __len__(self) -> int:
+        return len(self._landmarks)
+
+    def __getitem__(self, r: int) -> np.ndarray:
+        r = int(r)
+        return apply_affines(self._landmarks[r][..., :2], self._affines[r]).astype(np.float32)
+
+
 @dataclass
 class FaceTrack:
     """One face followed through a photo (N = 1) or the frames of a video.

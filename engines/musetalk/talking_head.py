@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ...vision.faces import CropLandmarks
 from ...vision.paste import lower_face_mask
 from ..talking_head.driver import (GeneratedCrops, frame_schedule, output_frame_count, reference_warnings,
                                    validate_audio, validate_track)
@@ -63,7 +64,7 @@ class _MuseTalkRenderer:
         self.pipe, self.track, self.idx, self.windows = pipe, track, idx, windows
         self.batch_size, self.should_stop = batch_size, should_stop
         self.size = track.crop_size
-        self.crop_lms = track.crop_landmarks()
+        self.crop_lms = CropLandmarks(track)  # per frame on demand: flat in the video's length
         self._boxes: dict[int, tuple[int, int, int, int]] = {}
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._keep = keep

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...vision.faces import FaceTrack
+from ...vision.faces import CropLandmarks, FaceTrack
 from ...vision.paste import lower_face_mask
 from .audio_features import windows_for_frames
 from .avatar_store import AvatarInfo, load_avatar
@@ -90,7 +90,7 @@ class _CloneRenderer:
         self.runner, self.track, self.idx, self.windows, self.config = runner, track, idx, windows, config
         self.neutral, self.batch_size, self.should_stop = neutral, batch_size, should_stop
         self.size = track.crop_size
-        self.crop_lms = track.crop_landmarks()
+        self.crop_lms = CropLandmarks(track)  # per frame on demand: flat in the video's length
         self._masks: dict[int, np.ndarray] = {}
 
     def mask(self, r: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from ...vision import align as _align
-from ...vision.faces import apply_affines, invert_affines
+from ...vision.faces import CropLandmarks, apply_affines, invert_affines
 from ...parallel import for_each_frame
 from ...vision.paste import lower_face_mask
 from .driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
@@ -50,7 +50,7 @@ class _PortraitRenderer:
     def __init__(self, track, idx: np.ndarray, params, keep: int = 256):
         self.track, self.idx, self.params = track, idx, params
         self.size = track.crop_size
-        self.crop_lms = track.crop_landmarks()
+        self.crop_lms = CropLandmarks(track)  # per frame on demand: flat in the video's length
         self.inv = invert_affines(track.affines)
         self._geoms: OrderedDict[int, MouthGeometry] = OrderedDict()
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
