@@ -25,6 +25,16 @@ def test_formant_shift_scales_every_frequency_and_the_duration():
     assert np.array_equal(formant_shift(tone, SR, 1.0), tone)  # 1 is an exact no-op
 
 
+@pytest.mark.parametrize("size", [1, 7, 24000 * 2 + 17])
+@pytest.mark.parametrize("formant", [0.8, 1.08, 1.32])
+def test_formant_shift_is_exactly_what_librosa_resample_gives(size: int, formant: float):
+    # soxr is called directly (no librosa import at startup): voices fitted before must sound the same
+    librosa = pytest.importorskip("librosa")
+    wave = (0.3 * np.random.default_rng(size).standard_normal(size)).astype(np.float32)
+    expected = librosa.resample(wave, orig_sr=SR * formant, target_sr=float(SR), res_type="soxr_hq")
+    assert np.array_equal(formant_shift(wave, SR, formant), expected.astype(np.float32))
+
+
 def test_synthesis_controls_cancel_the_pitch_and_tempo_change():
     f0, speed = synthesis_controls(1.2, 1.0, 1.1)
     # Kokoro speaks at pitch 1.2/1.1 and 1/1.1 the speed; playing it 1.1x faster gives pitch 1.2, tempo 1

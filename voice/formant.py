@@ -35,9 +35,11 @@ def formant_shift(wave: np.ndarray, sample_rate: int, formant: float) -> np.ndar
         return wave
     if not 0.5 <= float(formant) <= 2.0:
         raise ValueError(f"formant scale must be within 0.5..2.0, got {formant}")
-    import librosa
+    import soxr  # what librosa.resample(res_type="soxr_hq") calls; importing librosa costs ~1 s of startup
 
     # reading the samples as if recorded at rate*formant, then resampling to the rate, speeds them up
-    out = librosa.resample(wave, orig_sr=float(sample_rate) * float(formant), target_sr=float(sample_rate),
-                           res_type="soxr_hq")
+    orig_rate, target_rate = float(sample_rate) * float(formant), float(sample_rate)
+    out = soxr.resample(wave, orig_rate, target_rate, quality="soxr_hq")
+    length = int(np.ceil(wave.size * target_rate / orig_rate))  # librosa's fix=True: exactly ceil(n * ratio)
+    out = out[:length] if out.size >= length else np.pad(out, (0, length - out.size))
     return np.asarray(out, np.float32)

@@ -174,21 +174,31 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
             return base_frame.expand(stop - start, -1, -1, -1).clone()
         return torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop]])).to(dev)
 
-    def pasted_chunks():
-        """(start, stop, boxes float 0..1 [k, bh, bw, 3], smoothing masks or None) per chunk."""
+    def crop_chunks():
+        """(start, stop, crops, landmarks) per chunk: the talking-head model's part of the work."""
         for start in range(0, n, chunk_frames):
             if should_stop is not None and should_stop():
                 raise InterruptedError(f"talking video interrupted after {start} of {n} frames; no file written")
             stop = min(start + chunk_frames, n)
-            crops, landmarks = gen.chunk(start, stop)
-            base = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop], rows, cols])).to(dev)
-            masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
-            pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
-                                 track.affines[idx[start:stop]], masks, (x0, y0))
-            smooth_mask = None
-            if smoothing:
-                smooth_mask = torch.from_numpy(_smooth_masks(gen, start, stop, landmarks, rows, cols)).to(dev)
-            yield start, stop, torch.div(pasted, 255.0), smooth_mask  # as uint8_to_image divides
+            yield (start, stop, *gen.chunk(start, stop))
+
+    def pasted_chunks():
+        """(start, stop, boxes float 0..1 [k, bh, bw, 3], smoothing masks or None) per chunk."""
+        # the model makes chunk k + 1 on its own thread while chunk k is pasted and smoothed here: on a
+        # CPU the two overlap (both mostly release the GIL), one chunk of crops more is held
+        made = _prefetched(crop_chunks(), depth=1)
+        try:
+            for start, stop, crops, landmarks in made:
+                base = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop], rows, cols])).to(dev)
+                masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
+                pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
+                                     track.affines[idx[start:stop]], masks, (x0, y0))
+                smooth_mask = None
+                if smoothing:
+                    smooth_mask = torch.from_numpy(_smooth_masks(gen, start, stop, landmarks, rows, cols)).to(dev)
+                yield start, stop, torch.div(pasted, 255.0), smooth_mask  # as uint8_to_image divides
+        finally:  # stopped early (error, interruption): stop the model's thread too
+            made.close()
 
     def to_uint8(box):
         return (box * 255.0 + 0.5).clamp_(0, 255).to(torch.uint8)
