@@ -172,6 +172,14 @@ def check_plain_name(value: str, what: str, example: str, where: str) -> bool | 
     return True
 
 
+def without_server_paths(message: str) -> str:
+    """`message` with the models folder's absolute path written as ComfyUI users know it
+    (models/digital_human): prompt-time messages go to whoever sent the prompt, not only to the server's owner."""
+    from ..paths import models_root
+
+    return message.replace(str(models_root()), "models/digital_human")
+
+
 def check_output_prefix(prefix: str, what: str = "filename_prefix") -> bool | str:
     """True when `prefix` stays inside ComfyUI's output folder (relative, no '..' part)."""
     text = str(prefix or "").strip()

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .comfy_glue import Progress, check_output_prefix, check_plain_name, interrupted, require_fps
+from .comfy_glue import (Progress, check_output_prefix, check_plain_name, interrupted, require_fps,
+                         without_server_paths)
 from .image_convert import uint8_to_image
 
 log = logging.getLogger("digital_human")
@@ -73,7 +74,7 @@ class TRT_TalkingHead:
             try:
                 locate()
             except MuseTalkFilesError as exc:
-                return str(exc)
+                return without_server_paths(str(exc))
             return True
         if model == "portrait" or model in _model_choices():
             return True

@@ -16,7 +16,8 @@ import numpy as np
 from ..atomic_file import atomic_path
 from ..assets.pypi_fetch import sha256_file
 from ..voice.imitation import DEFAULT_BUDGET
-from .comfy_glue import Progress, check_plain_name, list_input_files, resolve_input_file, temp_directory
+from .comfy_glue import (Progress, check_plain_name, list_input_files, resolve_input_file, temp_directory,
+                         without_server_paths)
 
 log = logging.getLogger("digital_human")
 
@@ -334,7 +335,7 @@ def _engine_files_ok(engine: str) -> bool | str:
     try:
         get_engine(engine).check_files()
     except (FileNotFoundError, ImportError, ValueError) as exc:
-        return str(exc)
+        return without_server_paths(str(exc))
     return True
 
 

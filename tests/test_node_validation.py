@@ -78,3 +78,12 @@ def test_node_functions_raise_builtin_exceptions_inside_comfyui() -> None:
         Node().run(1)
     assert type(caught.value) is ValueError and "cat.jpg" in str(caught.value)
     assert isinstance(caught.value.__cause__, NoFaceError)  # the log keeps the original
+
+
+def test_missing_musetalk_files_are_listed_without_the_server_path(tmp_path, monkeypatch) -> None:
+    # the refusal goes to whoever sent the prompt: each missing file relative to models/digital_human
+    monkeypatch.setenv("DIGITAL_HUMAN_MODELS", str(tmp_path))
+    message = TalkingHeadVideo.VALIDATE_INPUTS(model="musetalk", filename_prefix="digital_human/x")
+    assert isinstance(message, str) and "models/digital_human/musetalk/musetalkV15/unet.pth" in message
+    assert "whisper/preprocessor_config.json" in message and "nothing is downloaded" in message
+    assert str(tmp_path) not in message

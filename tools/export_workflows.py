@@ -96,6 +96,26 @@ LAYOUTS = {
                      ("Talking head: lips from the speech", ["5", "6"], "#4a2a58")],
                     [("Video: MP4 with the speech", ["7"], "#3f5a3a")]],
     },
+    "lipsync_video_musetalk": {
+        "note": ["## Lip-sync a video with MuseTalk 1.5", "A talking video of the person says your text in their "
+                 "voice: MuseTalk 1.5 redraws the lower face of every frame from the speech (no training).",
+                 "**Needs your MuseTalk files** (nothing is downloaded): put the MuseTalk 1.5 release under "
+                 "`models/digital_human/musetalk/` exactly as released - `musetalkV15/unet.pth` and "
+                 "`musetalkV15/musetalk.json` (huggingface.co/TMElyralab/MuseTalk), `sd-vae/` (config.json and "
+                 "diffusion_pytorch_model.bin or .safetensors, stabilityai/sd-vae-ft-mse) and `whisper/` "
+                 "(config.json, preprocessor_config.json, pytorch_model.bin or model.safetensors, "
+                 "openai/whisper-tiny), and install the extra once: `pip install diffusers transformers` "
+                 "(versions in the pack's pyproject, extra `musetalk`). Without them the prompt is refused when "
+                 "queued, with the list of what is missing. `python -m digital_human setup --check musetalk` "
+                 "says what is present. Licences: MuseTalk code MIT, weights released for commercial use; "
+                 "sd-vae-ft-mse MIT; whisper MIT.", SETUP_LINE,
+                 "**Video** (Load Reference Video): upload the talking video (mp4, mov, webm, mkv; any length, it "
+                 "loops ping-pong under longer speech). Its sound is the reference voice and its frame rate the one "
+                 "clock.", MODELS_TEXT, SAMPLES_TEXT],
+        "columns": [[("Face: video -> aligned faces", ["1", "4"], "#5a4a2a"),
+                     ("Voice: the video's own sound -> cloned voice -> speech", ["2", "3"], "#2a4858")],
+                    [("MuseTalk 1.5 lip-sync and video: lips from the speech -> MP4", ["5"], "#4a2a58")]],
+    },
 }
 LAYOUT_JS = """([spec]) => {
   const LG = window.LiteGraph, g = window.app.graph;

@@ -7,9 +7,11 @@ renders what each template makes with the pack's own CLI on the sample inputs th
 - the talking-photo templates: `digital-human animate` of the sample portrait speaking the sample voice
   clip, the frame where the mouth is most open;
 - clone_from_video: a frame of the sample talking video (the portrait model's output the clone trains on);
+- lipsync_video_musetalk: the same frame with a caption saying the template needs the user's MuseTalk files
+  (the pack ships none, so it cannot show MuseTalk's own output);
 - voice_only: the waveform of `digital-human speak` of the template's text in the sample voice.
 
-    DIGITAL_HUMAN_MODELS=~/.cache/digital_human/models python tools/make_thumbnails.py
+    DIGITAL_HUMAN_MODELS=~/.cache/digital_human/models python tools/make_thumbnails.py [--only NAME ...]
 """
 from __future__ import annotations
 
@@ -86,6 +88,16 @@ def _waveform(wav: Path) -> Image.Image:
     return image
 
 
+def _captioned(image: Image.Image, caption: str) -> Image.Image:
+    """`image` at the thumbnail size with `caption` on a dark band at the bottom."""
+    image = image.convert("RGB").resize((SIZE, SIZE), Image.LANCZOS)
+    draw = ImageDraw.Draw(image)
+    band = SIZE // 8
+    draw.rectangle([(0, SIZE - band), (SIZE, SIZE)], fill=(24, 32, 40))
+    draw.text((12, SIZE - band + band // 3), caption, fill=(255, 255, 255))
+    return image
+
+
 def _tts_text(name: str) -> str:
     prompt = json.loads((WORKFLOWS / "api" / f"{name}.json").read_text())
     return next(n["inputs"]["text"] for n in prompt.values() if n["class_type"] == "TRT_TTS")
@@ -93,7 +105,8 @@ def _tts_text(name: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args()
+    parser.add_argument("--only", nargs="+", help="API workflow names (default: every template)")
+    args = parser.parse_args()
     sys.path.insert(0, str(_IMPORT_DIR))
     from digital_human.paths import models_root
     from digital_human.samples import PORTRAIT, TALKING, VOICE
@@ -102,17 +115,26 @@ def main() -> None:
     missing = [n for n in (PORTRAIT, VOICE, TALKING) if not (samples / n).is_file()]
     if missing:
         raise SystemExit(f"sample inputs missing in {samples}: run `python -m digital_human setup` first")
+    wanted = set(args.only or [p.stem for p in (WORKFLOWS / "api").glob("*.json")])
     with tempfile.TemporaryDirectory(prefix="dh-thumbs-") as tmp:
-        video = Path(tmp) / "photo.mp4"
-        _pack("animate", "--audio", str(samples / VOICE), "--face", str(samples / PORTRAIT), "--out", str(video))
-        photo_frame = Image.fromarray(_most_open_mouth(_frames(video)))
-        _save(photo_frame, "clone_from_photo")
-        _save(photo_frame, "clone_from_photo_fast")
-        _save(Image.fromarray(_most_open_mouth(_frames(samples / TALKING))), "clone_from_video")
-        speech = Path(tmp) / "speech.wav"
-        _pack("speak", "--voice", str(samples / VOICE), "--no-imitate", "--text", _tts_text("voice_only"),
-              "--out", str(speech))
-        _save(_waveform(speech), "voice_only")
+        if wanted & {"clone_from_photo", "clone_from_photo_fast"}:
+            video = Path(tmp) / "photo.mp4"
+            _pack("animate", "--audio", str(samples / VOICE), "--face", str(samples / PORTRAIT), "--out", str(video))
+            photo_frame = Image.fromarray(_most_open_mouth(_frames(video)))
+            for name in wanted & {"clone_from_photo", "clone_from_photo_fast"}:
+                _save(photo_frame, name)
+        if wanted & {"clone_from_video", "lipsync_video_musetalk"}:
+            talking_frame = Image.fromarray(_most_open_mouth(_frames(samples / TALKING)))
+            if "clone_from_video" in wanted:
+                _save(talking_frame, "clone_from_video")
+            if "lipsync_video_musetalk" in wanted:
+                _save(_captioned(talking_frame, "MuseTalk 1.5 lip-sync - needs your MuseTalk files"),
+                      "lipsync_video_musetalk")
+        if "voice_only" in wanted:
+            speech = Path(tmp) / "speech.wav"
+            _pack("speak", "--voice", str(samples / VOICE), "--no-imitate", "--text", _tts_text("voice_only"),
+                  "--out", str(speech))
+            _save(_waveform(speech), "voice_only")
 
 
 if __name__ == "__main__":

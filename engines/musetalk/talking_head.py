@@ -39,13 +39,13 @@ def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    import torch
+    from ..devices import torch_cuda_usable
 
     notes = []
     if backend in ("onnxruntime", "tensorrt"):
         notes.append(f"MuseTalk runs on torch; backend {backend!r} is not wired for it yet (its UNet exports to "
                      "ONNX with parity: engines/musetalk/export.py)")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda" if torch_cuda_usable() else "cpu"  # ComfyUI's --cpu respected
     if precision == "auto":
         precision = "fp16" if device == "cuda" else "fp32"
     if device == "cpu" and precision != "fp32":

@@ -40,7 +40,11 @@ TEMPLATE_TITLES = {
     "clone_from_photo": "Talking photo - a photo and a voice clip to a lip-synced video",
     "clone_from_photo_fast": "Talking photo fast - one node from the face to the MP4",
     "clone_from_video": "Clone from video - train a clone of a talking person",
+    "lipsync_video_musetalk": "Lip-sync a video with MuseTalk 1.5 - needs your MuseTalk files",
 }
+# Workflows that run the user's own checkpoints (nothing is downloaded): without the files they are refused
+# when queued, naming the missing files; test_comfyui_musetalk.py runs them against a random-weight release.
+USER_FILES_WORKFLOWS = {"lipsync_video_musetalk": "musetalk"}
 
 
 def ui_template(api_name: str) -> Path:
