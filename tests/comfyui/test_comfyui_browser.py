@@ -148,6 +148,7 @@ def test_template_browser_shows_titled_cards_with_thumbnails(client: ComfyClient
         for title in titles:
             card = page.locator(f'[data-testid="template-workflow-{title}"]')
             card.wait_for(timeout=30_000)
+            card.scroll_into_view_if_needed(timeout=30_000)  # two cards a row: the later rows are below the fold
             card.locator("img").first.wait_for(timeout=30_000)
             page.wait_for_function("(el) => [...el.querySelectorAll('img')].some(i => i.complete && i.naturalWidth > 0)",
                                    arg=card.element_handle(), timeout=30_000)

@@ -25,14 +25,6 @@ MISSING_FILE_NAMES = ("musetalkV15/unet.pth", "musetalkV15/musetalk.json", "sd-v
                       "whisper/preprocessor_config.json")
 
 
-def _bounded_cost(prompt: dict) -> dict:
-    """Ten seconds of the sample video are enough to show the plumbing; the rest runs as shipped."""
-    for node in prompt.values():
-        if node["class_type"] == "DH_LoadReferenceVideo":
-            node["inputs"]["max_seconds"] = 10.0
-    return prompt
-
-
 def test_without_the_files_the_workflow_is_refused_when_queued(client: ComfyClient, models_root: Path,
                                                                 samples: dict[str, str]) -> None:
     if (models_root / "musetalk").exists():
@@ -74,7 +66,8 @@ def test_with_a_release_laid_out_checkpoint_the_workflow_makes_an_mp4(musetalk_s
     client = ComfyClient(musetalk_server.url, timeout=60)
     client.connect_ws()
     try:
-        prompt = _bounded_cost(load_api_workflow(WORKFLOW))
+        # as shipped: the sample video (24 s) is also the voice the `samples` fixture fitted, so no second fit
+        prompt = load_api_workflow(WORKFLOW)
         prompt_id, entry = client.run(prompt, RUN_TIMEOUT_S)
         assert entry["status"]["status_str"] == "success", node_errors_text(entry)
         head = next(nid for nid, n in prompt.items() if n["class_type"] == "TalkingHeadVideo")
