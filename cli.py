@@ -257,7 +257,15 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
     if smooth > 0:
         images, _ = timer.run("smooth", TemporalSmooth().smooth, images, strength=smooth, fps=fps, faces=track)
     return image_to_uint8(images), fps, {"align": align_report, "talking_head": head_report,
-                                         "head_backend": _loaded("clone") if model != "portrait" else "portrait (numpy/OpenCV)"}
+                                         "head_backend": _head_backend(model, _loaded("clone") if model.startswith("clone")
+                                                                       else "torch")}
+
+
+def _head_backend(model: str, backend: str) -> str:
+    """What made the mouths, for the JSON report: the model's name and its backend."""
+    if model == "portrait":
+        return "portrait (numpy/OpenCV)"
+    return f"{'clone' if model.startswith('clone:') else model} ({backend})"
 
 
 def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
@@ -280,7 +288,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
     for warning in result.warnings:
         log.warning("%s", warning)
     return result.mux, fps, {"align": align_report, "video": result.summary(),
-                             "head_backend": gen.backend if model != "portrait" else "portrait (numpy/OpenCV)",
+                             "head_backend": _head_backend(model, gen.backend),
                              **_size_report(faces.frames, None)}
 
 

@@ -107,11 +107,23 @@ def check_text(text: str | None, text_file: str | None, language: str = "auto") 
 
 
 def check_model(model: str, option: str = "--model") -> None:
-    """`portrait`, or `clone:<name>` of an avatar that exists."""
-    if model == "portrait":
+    """A talking-head model of the registry whose files are present: `portrait`, `musetalk` (the user's
+    MuseTalk 1.5 files, every missing one listed), or `clone:<name>` of an avatar that exists."""
+    from .engines.talking_head.generate import MODELS
+
+    if model == "musetalk":
+        from .engines.musetalk.files import MuseTalkFilesError, locate
+
+        try:
+            locate()
+        except MuseTalkFilesError as exc:
+            raise PreflightError(f"{option} musetalk: {exc}") from exc
+        return
+    if model in MODELS and model != "clone":
         return
     if not model.startswith("clone:"):
-        raise PreflightError(f"{option} must be 'portrait' or 'clone:<avatar name>', got '{model}'")
+        choices = ", ".join(f"'{m}'" for m in MODELS if m != "clone")
+        raise PreflightError(f"{option} must be {choices} or 'clone:<avatar name>', got '{model}'")
     from .engines.talking_head.avatar_store import avatars_root, list_avatars
 
     name = model.split(":", 1)[1]

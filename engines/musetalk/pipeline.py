@@ -15,7 +15,8 @@ Speed on CUDA (benchmarks/gpu_musetalk.py, RESULTS.md): the crops are quantised 
 quarter of the bytes cross to the host, and the host does no per-pixel work), and `compile=True` runs the whole
 step (UNet + decode + uint8) through torch.compile, channels-last, for a fixed batch (the first one;
 shorter batches are padded so there is no second compilation): 1.6x eager half precision on an H200
-(4.6x eager FP32 batch 8). Compiling costs about a minute each time a pipeline is made, so it is an option (or
+(4.6x eager FP32 batch 8). Compiling costs about a minute the first time in a process (later pipelines of the
+same networks and batch reuse dynamo's cache: their first call took 0.4-0.6 s), so it is an option (or
 DIGITAL_HUMAN_MUSETALK_COMPILE=1); a failure to compile is logged and the pipeline runs eager.
 """
 from __future__ import annotations

@@ -1,0 +1,155 @@
+"""MuseTalk 1.5 on the headless path: a speech WAV lip-synced onto a talking video -> MP4, wall time per run.
+
+Times what `digital-human animate --model musetalk` (headless render) does after its input checks, with the
+same functions: the speech file decoded (audio.decode_audio), the face video decoded and aligned
+(cli._faces_from_file: frames on demand, FaceAlign's tracker on the face models), MuseTalk's crops set up
+(generate_crops(model="musetalk", streaming=True): networks from the cache, whisper windows) and made chunk by
+chunk while they are pasted back, smoothed (strength 0.5, the CLI's default) and encoded into the MP4
+(render_talking_video: paste-back, smoothing and YUV on the GPU, encoding overlapped). Wall time from the
+speech file to the closed MP4, per stage too.
+
+A setting is precision[:compile] (precision: fp16, the CUDA default, bf16 or fp32, the baseline; compile: the
+DIGITAL_HUMAN_MUSETALK_COMPILE=1 path, torch.compile of the generation step). Each setting runs in a fresh
+process: its first run is the cold run (CUDA context, the face models' and MuseTalk's first load, cuDNN
+autotuning; with compile, the compilation: compile_s is the pipeline's own compile_seconds), then one warm-up
+and --repeats warm runs (models loaded; median and spread). Peak GPU memory per run: torch.cuda.max_memory_allocated
+(reset before each run). cold_process_s adds this process's imports (interpreter start not included). The CLI
+itself is not run (it gives one wall time per process; this separates cold, warm and the stages).
+
+  python benchmarks/gpu_musetalk_video.py --face talk_512.mp4 --speech speech_10s.wav --out $OUT/v.json
+  python benchmarks/gpu_musetalk_video.py ... --settings fp32,fp16,bf16,fp16:compile --repeats 3
+Needs a MuseTalk release under DIGITAL_HUMAN_MODELS (on a machine without one:
+random_release.write_release(root, "full"); speed does not depend on the weights) and the face models.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+T_PROCESS = time.perf_counter()  # as early as this process can read the clock (imports below count in cold_process_s)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bootstrap import import_pack  # noqa: E402
+
+COMPILE_ENV = "DIGITAL_HUMAN_MUSETALK_COMPILE"
+
+
+def run_once(face: Path, speech: Path, out: Path, precision: str, torch) -> dict:
+    """One speech file + face video -> MP4 on the headless path; seconds per stage, peak GPU MiB."""
+    from digital_human.audio import decode_audio
+    from digital_human.cli import HEADLESS_MAX_SPEECH_SECONDS, StageTimer, _faces_from_file, _seconds
+    from digital_human.engines.talking_head.generate import generate_crops
+    from digital_human.engines.talking_head.render_video import render_talking_video
+
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    timer = StageTimer()
+    t0 = time.perf_counter()
+    wave, rate = timer.run("decode_audio", decode_audio, speech)
+    faces, fps, _ = _faces_from_file(timer, face, None, "auto", 60.0, None, _seconds(wave, rate), 0)
+    gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, "musetalk", fps, backend="auto",
+                    precision=precision, streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
+    result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5)
+    if cuda:
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    pipe = getattr(getattr(gen.render, "__self__", None), "pipe", None)  # the streaming renderer's pipeline
+    row = {"wall_s": round(wall, 3), "stages_s": {k: round(v, 3) for k, v in timer.seconds.items()},
+           "musetalk_timings_s": {k: round(v, 3) for k, v in gen.timings.items()},
+           "frames": result.mux.frames_written, "fps": fps, "speech_s": round(_seconds(wave, rate), 3),
+           "video_s": round(result.mux.video_seconds, 3), "backend": gen.backend,
+           "frame_size": list(faces.frames.shape[1:3]), "mp4_bytes": out.stat().st_size,
+           "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None}
+    if pipe is not None and (pipe._compiled is not None or pipe.compile_note):
+        row["compile_s"] = None if pipe.compile_seconds is None else round(pipe.compile_seconds, 2)
+        row["compile_note"] = pipe.compile_note
+    return row
+
+
+def one_setting(args: argparse.Namespace) -> dict:
+    """The cold run, a warm-up and --repeats warm runs of one setting, in this (fresh) process."""
+    import_pack()
+    import torch
+
+    precision, *mode = args.one.split(":")
+    compiled = mode == ["compile"]
+    os.environ[COMPILE_ENV] = "1" if compiled else "0"
+    t_imported = time.perf_counter()
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(2 + args.repeats):
+            runs.append(run_once(args.face, args.speech, Path(tmp) / f"out_{i}.mp4", precision, torch))
+            print(json.dumps({"setting": args.one, "run": i, **runs[-1]}), flush=True)
+    cold, warm = runs[0], runs[2:]
+    walls = [r["wall_s"] for r in warm]
+    res = {"setting": args.one, "precision": precision, "compile": compiled,
+           "cold_s": cold["wall_s"], "cold_process_s": round(t_imported - T_PROCESS + cold["wall_s"], 3),
+           "import_s": round(t_imported - T_PROCESS, 3),
+           "warmup_s": runs[1]["wall_s"], "warm_median_s": round(statistics.median(walls), 3),
+           "warm_min_s": min(walls), "warm_max_s": max(walls),
+           "peak_gpu_mb": max(r["peak_gpu_mb"] or 0 for r in runs),
+           "warm_peak_gpu_mb": max(r["peak_gpu_mb"] or 0 for r in warm), "runs": runs}
+    if compiled:
+        res["compile_s"] = cold.get("compile_s")
+        res["compile_note"] = cold.get("compile_note")
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--face", type=Path, required=True, help="talking video (or photo) of the person")
+    ap.add_argument("--speech", type=Path, required=True, help="speech WAV (the clip's length sets the video's)")
+    ap.add_argument("--out", type=Path, help="JSON report (also printed)")
+    ap.add_argument("--settings", default="fp16,fp32,fp16:compile", help="precision[:compile], comma-separated")
+    ap.add_argument("--repeats", type=int, default=3, help="warm runs after the cold run and one warm-up")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one setting in this process
+    args = ap.parse_args()
+    if args.one:
+        print("RESULT " + json.dumps(one_setting(args)), flush=True)
+        return
+
+    import_pack()
+    import torch
+
+    report = {"what": "speech WAV + talking video -> MP4, headless path, model musetalk",
+              "face": args.face.name, "speech": args.speech.name,
+              "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
+              "torch": torch.__version__, "python": platform.python_version(), "settings": [], "errors": []}
+
+    def save() -> None:
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1))
+
+    for setting in args.settings.split(","):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--one", setting, "--face", str(args.face),
+               "--speech", str(args.speech), "--repeats", str(args.repeats)]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # stderr (logs) passes through
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        if p.returncode or not lines:
+            report["errors"].append({"setting": setting, "rc": p.returncode, "stdout_tail": p.stdout[-2000:]})
+        else:
+            report["settings"].append(json.loads(lines[-1][len("RESULT "):]))
+        save()
+    base = next((s for s in report["settings"] if s["precision"] == "fp32" and not s["compile"]), None)
+    for s in report["settings"]:
+        s["warm_x_vs_fp32"] = round(base["warm_median_s"] / s["warm_median_s"], 2) if base else None
+    save()
+    summary = [{k: s.get(k) for k in ("setting", "warm_median_s", "warm_min_s", "warm_max_s", "cold_s",
+                                      "cold_process_s", "compile_s", "peak_gpu_mb", "warm_x_vs_fp32")}
+               for s in report["settings"]]
+    print(json.dumps({"summary": summary, "errors": report["errors"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
