@@ -91,6 +91,20 @@ def test_reference_latents_cached_and_seeded(fixture, networks):
     assert float((other - a).abs().max()) > 1e-3  # the seed is the posterior draw
 
 
+def test_reference_latents_in_one_batch_equal_one_at_a_time(fixture, networks):
+    crop = np.ascontiguousarray(fixture["crop_bgr"][:, :, ::-1])
+    crops = {k: np.ascontiguousarray(np.roll(crop, 7 * k, axis=1)) for k in range(5)}  # five distinct frames
+    one = MuseTalkPipeline(networks, seed=int(fixture["seed"]))
+    expected = torch.cat([one.reference_latents(k, crops[k]) for k in (0, 1, 2, 1, 4)])
+    batched = MuseTalkPipeline(networks, seed=int(fixture["seed"]), cache_size=4)
+    made = []
+    got = batched.reference_latents_batch([0, 1, 2, 1, 4], lambda k: made.append(k) or crops[k])
+    assert made == [0, 1, 2, 4]  # each distinct frame encoded once, in one batch
+    assert torch.allclose(got, expected, atol=1e-5, rtol=0)
+    assert len(batched._latents) == 4 and batched.reference_latents_batch([4], lambda k: made.append(k)) is not None
+    assert made == [0, 1, 2, 4]  # a cached frame is not encoded again
+
+
 def test_frame_windows_cover_the_driver_clock():
     states = torch.arange(2 * 50 * 2 * 3, dtype=torch.float32).reshape(1, 100, 2, 3)  # 2 s, 2 layers
     w = mt_audio.FrameWindows(states, 25.0, 50)

@@ -140,6 +140,24 @@ class MuseTalkPipeline:
         self._latents.move_to_end(key)
         return hit
 
+    def reference_latents_batch(self, keys: list, make_crop: Callable[[Any], np.ndarray]) -> Any:
+        """reference_latents of several keys at once: the cache misses are encoded in one VAE batch
+        (a video has a new reference frame for every output frame; one at a time, the encodes took a
+        quarter of a 10-s clip's time on an H200). Same noise per crop as one at a time."""
+        import torch
+
+        misses = [k for k in dict.fromkeys(keys) if k not in self._latents]
+        if misses:
+            encoded = self.encode_references(np.stack([np.asarray(make_crop(k)) for k in misses]))
+            for k, latent in zip(misses, encoded):
+                self._latents[k] = latent[None]
+        out = torch.cat([self._latents[k] for k in keys])
+        for k in keys:
+            self._latents.move_to_end(k)
+        while len(self._latents) > self._cache_size:
+            self._latents.popitem(last=False)
+        return out
+
     # --- generation ---------------------------------------------------------------------------------
     def _unet(self, latents: Any, audio: Any) -> Any:
         audio = audio + self.positions[:, :audio.shape[1], :].to(audio.dtype)

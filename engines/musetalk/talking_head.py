@@ -95,19 +95,14 @@ class _MuseTalkRenderer:
                 self._masks.popitem(last=False)
         return hit
 
-    def _latents(self, r: int):
-        return self.pipe.reference_latents(r, lambda: crop_face(self.track.crops[r], self.box(r)))
-
     def render(self, start: int, stop: int) -> tuple[np.ndarray, None]:
-        import torch
-
         out = np.empty((stop - start, self.size, self.size, 3), np.uint8)
         for s in range(start, stop, self.batch_size):
             if self.should_stop is not None and self.should_stop():
                 raise InterruptedError(f"musetalk talking head interrupted after {s} of {len(self.idx)} frames")
             e = min(s + self.batch_size, stop)
             refs = [int(r) for r in self.idx[s:e]]
-            latents = torch.cat([self._latents(r) for r in refs])
+            latents = self.pipe.reference_latents_batch(refs, lambda r: crop_face(self.track.crops[r], self.box(r)))
             faces = self.pipe.generate(latents, self.windows(s, e))
             for i, (r, face) in enumerate(zip(refs, faces)):
                 x1, y1, x2, y2 = self.box(r)
