@@ -167,7 +167,8 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
     block = int(np.clip(CHUNK_BOX_BYTES // max(box_bytes, 1), 8, 32))
     smoother = StreamingSmoother(smooth_method, smooth_strength, gen.fps, block=block) if smoothing else None
     one_reference = len(np.unique(idx)) == 1  # a photo: one upload, then copies on the device
-    base_frame = torch.from_numpy(np.ascontiguousarray(track.frames[int(idx[0])])).to(dev) if one_reference else None
+    # a copy: a photo track's frame may be a read-only view (torch warns on every run about those)
+    base_frame = torch.from_numpy(np.array(track.frames[int(idx[0])])).to(dev) if one_reference else None
 
     def full_frames(start: int, stop: int):
         if one_reference:
