@@ -274,8 +274,8 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
     """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
-    from .engines.talking_head.render_video import render_talking_video
-    from .engines.talking_head.generate import generate_crops
+    from .talking_head.render_video import render_talking_video
+    from .talking_head.registry import generate_crops
 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
                                                 _seconds(wave, rate), face_index)
@@ -464,9 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
     max_side(mux)
     mux.set_defaults(func=_cmd_mux)
 
+    from .talking_head.registry import choice_patterns
+
     def face_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--face", required=True, help="photo or talking video of the person")
-        p.add_argument("--model", default="portrait", help="portrait | clone:<avatar name>")
+        p.add_argument("--model", default="portrait", help=" | ".join(choice_patterns()).replace("'", ""))
         p.add_argument("--fps", type=float, help="output fps (default: the video's, 25 for a photo)")
         p.add_argument("--smooth", type=float, default=0.5, help="TemporalSmooth strength (0 = off)")
         p.add_argument("--max-seconds", type=float, default=60.0, help="reference video seconds to read")

@@ -107,29 +107,13 @@ def check_text(text: str | None, text_file: str | None, language: str = "auto") 
 
 
 def check_model(model: str, option: str = "--model") -> None:
-    """A talking-head model of the registry whose files are present: `portrait`, `musetalk` (the user's
-    MuseTalk 1.5 files, every missing one listed), or `clone:<name>` of an avatar that exists."""
-    from .engines.talking_head.generate import MODELS
+    """A talking-head model of the registry that can run now: its files are present (every missing
+    one listed) or, for `clone:<name>`, the avatar exists."""
+    from .talking_head.registry import model_problem
 
-    if model == "musetalk":
-        from .engines.musetalk.files import MuseTalkFilesError, locate
-
-        try:
-            locate()
-        except MuseTalkFilesError as exc:
-            raise PreflightError(f"{option} musetalk: {exc}") from exc
-        return
-    if model in MODELS and model != "clone":
-        return
-    if not model.startswith("clone:"):
-        choices = ", ".join(f"'{m}'" for m in MODELS if m != "clone")
-        raise PreflightError(f"{option} must be {choices} or 'clone:<avatar name>', got '{model}'")
-    from .engines.talking_head.avatar_store import avatars_root, list_avatars
-
-    name = model.split(":", 1)[1]
-    if name not in list_avatars():
-        raise PreflightError(f"{option}: avatar '{name}' not found in {avatars_root()}; train it with "
-                             "`digital-human train-avatar` (or TrainAvatar) first")
+    problem = model_problem(model)
+    if problem:
+        raise PreflightError(f"{option} {model}: {problem}")
 
 
 def check_positive(value: float | None, option: str) -> None:

@@ -88,8 +88,8 @@ def _talking(folder: Path, portrait: Path, voice: Path) -> Path:
     from PIL import Image
 
     from .audio import decode_audio
-    from .engines.talking_head.generate import generate_crops
-    from .engines.talking_head.render_video import render_talking_video
+    from .talking_head.registry import generate_crops
+    from .talking_head.render_video import render_talking_video
     from .nodes.image_convert import uint8_to_image
     from .nodes.video_nodes import FaceAlign
 

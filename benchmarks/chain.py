@@ -99,8 +99,8 @@ def run_chain(text: str, speaker, face_image, backend: str, out_dir: Path, model
     faces, _, _ = stage("align", FaceAlign().align, face_image, 25.0, backend=backend)
     path = out_dir / f"chain_{backend}_{model.replace(':', '_')}{'_headless' if headless else ''}.mp4"
     if headless:
-        from digital_human.engines.talking_head.render_video import render_talking_video
-        from digital_human.engines.talking_head.generate import generate_crops
+        from digital_human.talking_head.render_video import render_talking_video
+        from digital_human.talking_head.registry import generate_crops
 
         gen = stage("talking_head", generate_crops, faces, speech.waveform, speech.sample_rate, model, 25.0,
                     backend=backend)
@@ -140,11 +140,11 @@ def headless_parity(text: str, speaker, face_image, model: str) -> dict:
     import numpy as np
     import torch
 
-    from digital_human.engines.talking_head.driver import paste_generated
-    from digital_human.engines.talking_head.render_video import compose_chunks, paste_and_smooth
+    from digital_human.talking_head.driver import paste_generated
+    from digital_human.talking_head.render_video import compose_chunks, paste_and_smooth
     from digital_human.media.yuv import rgb_to_yuv420p
     from digital_human.nodes.image_convert import image_to_uint8, uint8_to_image
-    from digital_human.engines.talking_head.generate import generate_crops
+    from digital_human.talking_head.registry import generate_crops
     from digital_human.nodes.video_nodes import FaceAlign, TemporalSmooth
     from digital_human.nodes.voice_nodes import TRT_TTS
 
@@ -217,9 +217,9 @@ def random_avatar(face_image) -> str:
     """A clone avatar of the photo with random generator weights (seeded), for speed runs only."""
     import torch
 
-    from digital_human.engines.talking_head.audio_features import MelConfig
-    from digital_human.engines.talking_head.avatar_store import save_avatar
-    from digital_human.engines.talking_head.clone_model import CloneGenerator, GeneratorConfig
+    from digital_human.talking_head.audio_features import MelConfig
+    from digital_human.talking_head.clone.avatar_store import save_avatar
+    from digital_human.engines.clone_model import CloneGenerator, GeneratorConfig
     from digital_human.nodes.video_nodes import FaceAlign
 
     faces, _, _ = FaceAlign().align(face_image, 25.0)

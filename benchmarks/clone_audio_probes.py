@@ -116,8 +116,8 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    from digital_human.engines.talking_head.clone_model import AudioEncoder
-    from digital_human.engines.talking_head.train_avatar import augment_windows
+    from digital_human.engines.clone_model import AudioEncoder
+    from digital_human.talking_head.clone.train import augment_windows
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     kk = 8

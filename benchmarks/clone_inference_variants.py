@@ -39,8 +39,8 @@ def main() -> None:
     import gpu_talking_head as gth
     from eval_talking_head import lip_scores
 
-    from digital_human.engines.talking_head.clone_model import crops_to_regions, load_generator
-    from digital_human.engines.talking_head.train_avatar import pick_neutral_frame
+    from digital_human.engines.clone_model import crops_to_regions, load_generator
+    from digital_human.talking_head.clone.train import pick_neutral_frame
     from digital_human.vision.lipsync_metrics import mouth_landmark_distance
 
     if args.landmarks:  # landmark-level smoothing first: instant

@@ -29,9 +29,9 @@ if __package__ in (None, ""):
 
     import_pack()
 
-from digital_human.engines.talking_head import animate_portrait  # noqa: E402
-from digital_human.engines.talking_head.driver import schedule_track  # noqa: E402
-from digital_human.engines.talking_head.portrait import portrait_masks  # noqa: E402
+from digital_human.talking_head import animate_portrait  # noqa: E402
+from digital_human.talking_head.driver import schedule_track  # noqa: E402
+from digital_human.talking_head.portrait.animate import portrait_masks  # noqa: E402
 from digital_human.media.probe import read_video_audio, read_video_frames  # noqa: E402
 from digital_human.vision import align_faces  # noqa: E402
 from digital_human.vision import lipsync_metrics as M  # noqa: E402

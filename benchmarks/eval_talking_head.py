@@ -107,7 +107,7 @@ def prepare(out: Path, data_dir: Path, cache: Path, quality: int = 92) -> None:
     import cv2
 
     from digital_human.engines.face.mediapipe_assets import face_model_paths
-    from digital_human.engines.talking_head.audio_features import MelConfig, windows_for_frames
+    from digital_human.talking_head.audio_features import MelConfig, windows_for_frames
 
     arrays: dict[str, np.ndarray] = {"version": np.array(PACK_VERSION)}
     cfg = MelConfig()
@@ -143,10 +143,10 @@ def avatar_from_weights(weights: Path, track_a, name: str):
     """An avatar of 01a around generator weights trained elsewhere (gpu_talking_head.py --dump writes
     them in FP16), with the neutral frame TrainAvatar would pick: scores GPU-trained weights through
     the product's own inference path (engine loader, full-frame paste-back) on this machine."""
-    from digital_human.engines.talking_head.audio_features import MelConfig
-    from digital_human.engines.talking_head.avatar_store import save_avatar
-    from digital_human.engines.talking_head.clone_model import load_generator
-    from digital_human.engines.talking_head.train_avatar import crops_at_size, pick_neutral_frame
+    from digital_human.talking_head.audio_features import MelConfig
+    from digital_human.talking_head.clone.avatar_store import save_avatar
+    from digital_human.engines.clone_model import load_generator
+    from digital_human.talking_head.clone.train import crops_at_size, pick_neutral_frame
 
     model = load_generator(Path(weights))
     crops, lms = crops_at_size(track_a, model.config.crop_size)
@@ -158,16 +158,16 @@ def avatar_from_weights(weights: Path, track_a, name: str):
 
 def evaluate(args: argparse.Namespace) -> dict:
     import_pack()
-    from digital_human.engines.talking_head.avatar_store import load_avatar
-    from digital_human.engines.talking_head.clone_infer import animate_clone, clone_masks
-    from digital_human.engines.talking_head.portrait import animate_portrait, portrait_masks
-    from digital_human.engines.talking_head.train_avatar import train_avatar
+    from digital_human.talking_head.clone.avatar_store import load_avatar
+    from digital_human.talking_head.clone.infer import animate_clone, clone_masks
+    from digital_human.talking_head.portrait.animate import animate_portrait, portrait_masks
+    from digital_human.talking_head.clone.train import train_avatar
     from digital_human.vision.lipsync_metrics import psnr_outside_mask, remeasure_landmarks
 
     data_dir, cache = Path(args.data), Path(args.cache)
     track_a, wave_a, sr = load_clip("a", data_dir, cache)
     track_b, wave_b, sr_b = load_clip("b", data_dir, cache)
-    from digital_human.engines.talking_head.driver import output_frame_count, schedule_track
+    from digital_human.talking_head.driver import output_frame_count, schedule_track
 
     fps = track_b.fps
     if args.seconds:  # evaluate on the first part of 01b only (quick CPU runs)
@@ -208,10 +208,10 @@ def evaluate(args: argparse.Namespace) -> dict:
     neutral_crop, _ = info.reference()
     size = track_b.crop_size
     if neutral_crop.shape[0] != size:
-        from digital_human.engines.talking_head.clone_infer import _resize
+        from digital_human.talking_head.clone.infer import _resize
 
         neutral_crop = _resize(neutral_crop, size)
-    from digital_human.engines.talking_head.driver import render_frames
+    from digital_human.talking_head.driver import render_frames
 
     masks_c = clone_masks(track_b, idx)
     base_frames = render_frames(track_b, np.broadcast_to(neutral_crop, track_b.crops.shape).copy(), masks_c)

@@ -46,8 +46,8 @@ def run_once(face: Path, speech: Path, out: Path, precision: str, torch) -> dict
     """One speech file + face video -> MP4 on the headless path; seconds per stage, peak GPU MiB."""
     from digital_human.audio import decode_audio
     from digital_human.cli import HEADLESS_MAX_SPEECH_SECONDS, StageTimer, _faces_from_file, _seconds
-    from digital_human.engines.talking_head.generate import generate_crops
-    from digital_human.engines.talking_head.render_video import render_talking_video
+    from digital_human.talking_head.registry import generate_crops
+    from digital_human.talking_head.render_video import render_talking_video
 
     cuda = torch.cuda.is_available()
     if cuda:

@@ -71,8 +71,8 @@ class HeldOut:
     """Scores generated 01b regions against the real 01b crops (mesh re-measured on both)."""
 
     def __init__(self, pack: dict, config, run_mesh, neutral_crop: np.ndarray, frames: int | None) -> None:
-        from digital_human.engines.talking_head.clone_infer import MASK_JAW_MARGIN
-        from digital_human.engines.talking_head.clone_model import crops_to_regions
+        from digital_human.talking_head.clone.infer import MASK_JAW_MARGIN
+        from digital_human.engines.clone_model import crops_to_regions
         from digital_human.vision.lipsync_metrics import remeasure_landmarks
         from digital_human.vision.paste import lower_face_mask
 
@@ -128,7 +128,7 @@ class HeldOut:
         return np.concatenate(out)
 
     def generate(self, model, n: int | None = None, batch: int = 64) -> np.ndarray:
-        from digital_human.engines.talking_head.clone_model import regions_into_crops
+        from digital_human.engines.clone_model import regions_into_crops
 
         n = len(self.crops) if n is None else min(int(n), len(self.crops))
         regions = self.generate_regions(model, n, batch)
@@ -136,7 +136,7 @@ class HeldOut:
 
     def landmarks(self, regions: np.ndarray) -> np.ndarray:
         """Face mesh re-measured on the first len(regions) crops with these generated regions pasted."""
-        from digital_human.engines.talking_head.clone_model import regions_into_crops
+        from digital_human.engines.clone_model import regions_into_crops
         from digital_human.vision.lipsync_metrics import remeasure_landmarks
 
         n = len(regions)
@@ -158,8 +158,8 @@ class HeldOut:
 
 
 def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> dict:
-    from digital_human.engines.talking_head.clone_model import GeneratorConfig, save_generator
-    from digital_human.engines.talking_head.train_avatar import fit_clone, prepare_data
+    from digital_human.engines.clone_model import GeneratorConfig, save_generator
+    from digital_human.talking_head.clone.train import fit_clone, prepare_data
 
     config = GeneratorConfig(base_channels=4, levels=2, audio_channels=4, audio_dim=16, crop_size=256) if args.tiny \
         else GeneratorConfig()
@@ -240,8 +240,8 @@ def dump_for_analysis(pack: dict, held: "HeldOut", model, data, out_dir: Path, r
     weights in FP16 (the FP32 file is over the device's 16 MiB return limit) for CPU-side analysis."""
     from safetensors.torch import save_file
 
-    from digital_human.engines.talking_head.clone_model import crops_to_regions
-    from digital_human.engines.talking_head.train_avatar import pick_neutral_frame
+    from digital_human.engines.clone_model import crops_to_regions
+    from digital_human.talking_head.clone.train import pick_neutral_frame
     from digital_human.vision.lipsync_metrics import remeasure_landmarks
 
     n = len(held)
@@ -276,8 +276,8 @@ def score_weights(pack: dict, paths: list[Path], run_mesh) -> list[dict]:
     and, for more than one, their outputs averaged (an ensemble), with 01a's neutral frame as reference."""
     import torch
 
-    from digital_human.engines.talking_head.clone_model import load_generator
-    from digital_human.engines.talking_head.train_avatar import prepare_data
+    from digital_human.engines.clone_model import load_generator
+    from digital_human.talking_head.clone.train import prepare_data
 
     class Averaged(torch.nn.Module):
         def __init__(self, models) -> None:
@@ -319,8 +319,8 @@ def bench_inference(args, weights: Path | None) -> list[dict]:
     import torch
 
     from digital_human.engines import loader
-    from digital_human.engines.talking_head.clone_model import (CloneGenerator, GeneratorConfig, export_generator_onnx,
-                                                                generator_spec, load_generator, save_generator)
+    from digital_human.engines.clone_model import (CloneGenerator, GeneratorConfig, export_generator_onnx,
+                                                   generator_spec, load_generator, save_generator)
 
     cuda = torch.cuda.is_available()
     workdir = Path(tempfile.mkdtemp(prefix="clone_bench_"))

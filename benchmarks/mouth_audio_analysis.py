@@ -35,7 +35,7 @@ OTHERS = ("talk_en_male_02a", "talk_en_male_02b", "talk_en_male_02c", "talk_en_f
 def load(name: str, data: Path, cache: Path):
     """(landmarks [N, 468, 2], mel windows [N, 80, T], opening [N]) of the frames with a found face."""
     import eval_talking_head as eth
-    from digital_human.engines.talking_head.audio_features import windows_for_frames
+    from digital_human.talking_head.audio_features import windows_for_frames
     from digital_human.vision.lipsync_metrics import mouth_opening
 
     eth.VIDEOS = {"x": f"{name}.mp4"}  # load_clip aligns once and caches the track
@@ -72,7 +72,7 @@ class LipShapes:
     principal axes (s, vt); baseline (a)'s MLD (a's neutral-frame mouth on every b frame)."""
 
     def __init__(self, la: np.ndarray, lb: np.ndarray) -> None:
-        from digital_human.engines.talking_head.train_avatar import pick_neutral_frame
+        from digital_human.talking_head.clone.train import pick_neutral_frame
         from digital_human.vision.lipsync_metrics import MOUTH_POINTS, mouth_landmark_distance
 
         self.lb, self.ref, self.mouth = lb, la.mean(0), np.array(MOUTH_POINTS)

@@ -134,8 +134,8 @@ def prepare(work: Path, size: str, seconds: float, video: Path, audio: Path) -> 
     from _bootstrap import import_pack
 
     import_pack()
-    from digital_human.engines.musetalk.blend import square_box
-    from digital_human.engines.musetalk.geometry import musetalk_box
+    from digital_human.talking_head.musetalk.blend import square_box
+    from digital_human.talking_head.musetalk.geometry import musetalk_box
     from digital_human.media.probe import read_video_frames
     from digital_human.vision.align import align_faces
 
@@ -167,7 +167,7 @@ def run_pack(work: Path, n_frames: int) -> dict[str, np.ndarray]:
 
     import_pack()
     from digital_human.engines.musetalk.audio import audio_windows, feature_extractor
-    from digital_human.engines.musetalk.blend import crop_face, extend_box, paste_face, resize_to_box
+    from digital_human.talking_head.musetalk.blend import crop_face, extend_box, paste_face, resize_to_box
     from digital_human.engines.musetalk.files import locate
     from digital_human.engines.musetalk.networks import load_networks
     from digital_human.engines.musetalk.pipeline import MuseTalkPipeline

@@ -1,7 +1,8 @@
-"""Talking-head nodes: TRT_TalkingHead (portrait | clone) and TrainAvatar (+ LoadAvatar).
+"""Talking-head nodes: TRT_TalkingHead / TalkingHeadVideo (any model of talking_head/registry.py) and
+TrainAvatar (+ LoadAvatar).
 
-Recipes over engines/talking_head: the driver schedules reference frames to cover the speech,
-the model generates the lower face, the driver pastes it back.
+Recipes over talking_head/: the driver schedules reference frames to cover the speech, the model
+generates the lower face, the driver pastes it back (or render_video streams it to the encoder).
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ PRECISIONS = ["auto", "fp16", "fp32"]
 
 
 def _model_choices() -> list[str]:
-    from ..engines.talking_head.avatar_store import list_avatars
+    from ..talking_head.registry import model_choices
 
-    return ["portrait", "musetalk"] + [f"clone:{name}" for name in list_avatars()]
+    return model_choices()
 
 
 class TRT_TalkingHead:
@@ -67,26 +68,20 @@ class TRT_TalkingHead:
 
     @classmethod
     def VALIDATE_INPUTS(cls, model: str = "portrait") -> bool | str:
-        # the list is read at start-up; accept avatars trained since then if they exist now
-        if model == "musetalk":  # its files are the user's: say which are missing before the run starts
-            from ..engines.musetalk.files import MuseTalkFilesError, locate
+        # checked per prompt, not from the start-up menu: avatars trained since start-up are accepted, and
+        # a model's missing files (the user's own) are named before the run starts
+        from ..talking_head.registry import model_problem
 
-            try:
-                locate()
-            except MuseTalkFilesError as exc:
-                return without_server_paths(str(exc))
-            return True
-        if model == "portrait" or model in _model_choices():
-            return True
-        return f"model '{model}' not found: train it with TrainAvatar (avatars live in models/digital_human/avatars)"
+        problem = model_problem(model)
+        return without_server_paths(problem) if problem else True
 
     def animate(self, faces: Any, audio: dict, model: str = "portrait", fps: float = 25.0,
                 loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
                 max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
                 avatar: Any = None):
         from ..audio import from_comfy_audio
-        from ..engines.talking_head.driver import paste_generated, phase_progress
-        from ..engines.talking_head.generate import generate_crops
+        from ..talking_head.driver import paste_generated, phase_progress
+        from ..talking_head.registry import generate_crops
 
         fps = require_fps(fps, "TRT_TalkingHead")
         wave, rate = from_comfy_audio(audio)
@@ -165,8 +160,8 @@ class TalkingHeadVideo:
                smooth_strength: float = 0.5, format: str = "mp4", crf: int = 18,
                filename_prefix: str = "digital_human/clone", avatar: Any = None):
         from ..audio import from_comfy_audio
-        from ..engines.talking_head.generate import generate_crops
-        from ..engines.talking_head.render_video import render_talking_video
+        from ..talking_head.registry import generate_crops
+        from ..talking_head.render_video import render_talking_video
         from .video_nodes import _video_value, next_output_path
 
         fps = require_fps(fps, "TalkingHeadVideo")
@@ -201,7 +196,7 @@ class TrainAvatar:
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
-        from ..engines.talking_head.train_avatar import DEFAULT_STEPS
+        from ..talking_head.clone.train import DEFAULT_STEPS
 
         return {
             "required": {
@@ -225,7 +220,7 @@ class TrainAvatar:
 
     @classmethod
     def VALIDATE_INPUTS(cls, name: str = "my_avatar") -> bool | str:
-        from ..engines.talking_head.avatar_store import sanitize_name
+        from ..talking_head.clone.avatar_store import sanitize_name
 
         if not str(name or "").strip():
             return "name is empty: give the avatar a name such as 'my_avatar' (TalkingHead lists it as clone:<name>)."
@@ -241,7 +236,7 @@ class TrainAvatar:
     def train(self, faces: Any, audio: dict, name: str = "my_avatar", steps: int | None = None,
               time_budget_minutes: float = 10.0, device: str = "auto", resume: bool = True, seed: int = 0):
         from ..audio import from_comfy_audio
-        from ..engines.talking_head.train_avatar import DEFAULT_STEPS, train_avatar
+        from ..talking_head.clone.train import DEFAULT_STEPS, train_avatar
 
         steps = DEFAULT_STEPS if steps is None else steps
         wave, rate = from_comfy_audio(audio)
@@ -270,7 +265,7 @@ class LoadAvatar:
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
-        from ..engines.talking_head.avatar_store import list_avatars
+        from ..talking_head.clone.avatar_store import list_avatars
 
         return {"required": {"name": (list_avatars() or [""],)}}
 
@@ -280,7 +275,7 @@ class LoadAvatar:
     CATEGORY = CATEGORY
 
     def load(self, name: str):
-        from ..engines.talking_head.avatar_store import load_avatar
+        from ..talking_head.clone.avatar_store import load_avatar
 
         avatar = load_avatar(name)
         return (avatar, avatar.summary() if hasattr(avatar, "summary") else str(avatar))

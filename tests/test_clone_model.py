@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from digital_human.engines.talking_head.audio_features import MelConfig, _raw_log_mel, windows_for_frames
-from digital_human.engines.talking_head.clone_model import (CloneGenerator, GeneratorConfig, crops_to_regions,
-                                                            export_generator_onnx, generator_spec, load_generator,
-                                                            regions_into_crops, save_generator)
+from digital_human.talking_head.audio_features import MelConfig, _raw_log_mel, windows_for_frames
+from digital_human.engines.clone_model import (CloneGenerator, GeneratorConfig, crops_to_regions,
+                                               export_generator_onnx, generator_spec, load_generator,
+                                               regions_into_crops, save_generator)
 
 TINY = GeneratorConfig(crop_size=64, base_channels=4, levels=2, audio_channels=4, audio_dim=16)
 
@@ -75,7 +75,7 @@ def test_generator_keeps_everything_outside_the_hole():
 
 
 def test_default_generator_is_small():
-    from digital_human.engines.talking_head.clone_model import parameter_count
+    from digital_human.engines.clone_model import parameter_count
 
     model = CloneGenerator(GeneratorConfig())
     assert 1e6 < parameter_count(model) < 8e6
@@ -129,7 +129,7 @@ def test_saturated_head_keeps_a_gradient_under_bf16_autocast():
     """In bf16, sigmoid(8) rounds to exactly 1.0 and its backward is exactly 0: a head pushed that far
     (one large early update) froze the whole generator in the H200 run. The head runs in FP32 under
     autocast, so a gradient must still reach the weights and the output must stay below 1."""
-    from digital_human.engines.talking_head.train_avatar import clone_loss
+    from digital_human.talking_head.clone.train import clone_loss
 
     torch.manual_seed(0)
     model = CloneGenerator(TINY)
@@ -153,8 +153,8 @@ def test_saturated_head_keeps_a_gradient_under_bf16_autocast():
 
 
 def test_batch_size_from_free_memory():
-    from digital_human.engines.talking_head.clone_model import (MAX_BATCH, batch_for_free_memory,
-                                                                inference_bytes_per_frame)
+    from digital_human.engines.clone_model import (MAX_BATCH, batch_for_free_memory,
+                                                   inference_bytes_per_frame)
 
     config = GeneratorConfig()
     per_frame = inference_bytes_per_frame(config)
@@ -168,7 +168,7 @@ def test_batch_size_from_free_memory():
 def test_auto_batch_on_cpu_is_32():
     from types import SimpleNamespace
 
-    from digital_human.engines.talking_head.clone_infer import resolve_batch_size
+    from digital_human.talking_head.clone.infer import resolve_batch_size
 
     cpu_runner = SimpleNamespace(info=SimpleNamespace(device="cpu"), precision="fp32")
     assert resolve_batch_size(0, cpu_runner, GeneratorConfig()) == 32
@@ -178,7 +178,7 @@ def test_auto_batch_on_cpu_is_32():
 def test_audio_dropout_is_training_only_and_forward_parts_matches_forward():
     import torch
 
-    from digital_human.engines.talking_head.clone_model import CloneGenerator, GeneratorConfig
+    from digital_human.engines.clone_model import CloneGenerator, GeneratorConfig
 
     torch.manual_seed(0)
     cfg = GeneratorConfig(crop_size=64, base_channels=4, levels=2, audio_channels=4, audio_dim=16)

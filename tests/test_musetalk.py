@@ -15,7 +15,7 @@ pytest.importorskip("transformers", reason="MuseTalk is an optional extra: pip i
 torch = pytest.importorskip("torch")
 
 from digital_human.engines.musetalk import audio as mt_audio  # noqa: E402
-from digital_human.engines.musetalk.blend import paste_face  # noqa: E402
+from digital_human.talking_head.musetalk.blend import paste_face  # noqa: E402
 from digital_human.engines.musetalk.files import (MuseTalkFilesError, MuseTalkWeightsError, file_status,  # noqa: E402
                                                   locate)
 from digital_human.engines.musetalk.networks import load_networks  # noqa: E402
@@ -236,8 +236,8 @@ def photo_track(data_dir, face_runners):
 
 def test_musetalk_crops_contract(photo_track, release, data_dir):
     from digital_human.audio.decode import decode_audio
-    from digital_human.engines.musetalk.geometry import musetalk_box
-    from digital_human.engines.musetalk.talking_head import iter_musetalk_chunks, musetalk_crops
+    from digital_human.talking_head.musetalk.geometry import musetalk_box
+    from digital_human.talking_head.musetalk.crops import iter_musetalk_chunks, musetalk_crops
 
     wave, sr = decode_audio(data_dir / "audio" / "spk_en_male_01.wav", max_seconds=4.0)
     wave = wave.mean(0)[int(3.0 * sr): int(3.6 * sr)]
@@ -263,7 +263,7 @@ def test_musetalk_crops_contract(photo_track, release, data_dir):
 
 
 def test_musetalk_crops_missing_files_first(photo_track, tmp_path):
-    from digital_human.engines.musetalk.talking_head import musetalk_crops
+    from digital_human.talking_head.musetalk.crops import musetalk_crops
 
     with pytest.raises(MuseTalkFilesError, match="musetalkV15/unet.pth"):
         musetalk_crops(photo_track, np.zeros(100, np.float32), 16000, 25.0, models_root=tmp_path)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from digital_human.audio.decode import decode_audio
-from digital_human.engines.talking_head import (AudioInputError, animate_portrait, frame_schedule,
-                                                output_frame_count, schedule_track, validate_audio,
-                                                validate_track)
-from digital_human.engines.talking_head.portrait import portrait_crops, portrait_masks
-from digital_human.engines.talking_head.speech_drive import mouth_params
+from digital_human.talking_head import (AudioInputError, animate_portrait, frame_schedule,
+                                        output_frame_count, schedule_track, validate_audio,
+                                        validate_track)
+from digital_human.talking_head.portrait.animate import portrait_crops, portrait_masks
+from digital_human.talking_head.portrait.speech_drive import mouth_params
 from digital_human.vision import NoFaceError, align_faces
 from digital_human.vision import lipsync_metrics as M
 from digital_human.vision.align import warp_image
@@ -187,7 +187,7 @@ def test_audio_too_long_for_photo(photo_track):
 
 
 def test_batch_size_zero_is_automatic_and_negative_is_refused(photo_track, speech):
-    from digital_human.engines.talking_head.portrait import AUTO_BATCH
+    from digital_human.talking_head.portrait.animate import AUTO_BATCH
 
     wave, sr = speech
     steps: list[int] = []

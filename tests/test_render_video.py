@@ -1,4 +1,4 @@
-"""The headless video path (engines/talking_head/render_video.py) against the node path it replaces:
+"""The headless video path (talking_head/render_video.py) against the node path it replaces:
 TRT_TalkingHead's CPU paste-back -> TemporalSmooth -> image_to_uint8 -> VideoMux. Real photo / clip /
 speech from the sample data; torch on the CPU runs the same code a GPU would."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from digital_human.audio.decode import decode_audio
-from digital_human.engines.talking_head.driver import paste_generated
-from digital_human.engines.talking_head.portrait import portrait_crops
-from digital_human.engines.talking_head.render_video import iter_video_frames, paste_region, render_talking_video
+from digital_human.talking_head.driver import paste_generated
+from digital_human.talking_head.portrait.animate import portrait_crops
+from digital_human.talking_head.render_video import iter_video_frames, paste_region, render_talking_video
 from digital_human.nodes.image_convert import image_to_uint8, uint8_to_image
 from digital_human.nodes.video_nodes import TemporalSmooth
 from digital_human.vision import align_faces
@@ -142,7 +142,7 @@ def test_prefetch_thread_hands_on_items_and_errors_in_order():
     import itertools
     import time
 
-    from digital_human.engines.talking_head.render_video import _prefetched
+    from digital_human.talking_head.render_video import _prefetched
 
     def items():
         yield 1

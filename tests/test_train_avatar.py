@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from digital_human.engines.talking_head.audio_features import MelConfig
-from digital_human.engines.talking_head.avatar_store import (AvatarNotFoundError, list_avatars, load_avatar,
-                                                             sanitize_name)
-from digital_human.engines.talking_head.clone_infer import animate_clone, clone_masks
-from digital_human.engines.talking_head.clone_model import GeneratorConfig
-from digital_human.engines.talking_head.driver import frame_schedule
-from digital_human.engines.talking_head.train_avatar import (FootageError, TrainingInterrupted, check_footage,
-                                                             train_avatar)
+from digital_human.talking_head.audio_features import MelConfig
+from digital_human.talking_head.clone.avatar_store import (AvatarNotFoundError, list_avatars, load_avatar,
+                                                           sanitize_name)
+from digital_human.talking_head.clone.infer import animate_clone, clone_masks
+from digital_human.engines.clone_model import GeneratorConfig
+from digital_human.talking_head.driver import frame_schedule
+from digital_human.talking_head.clone.train import (FootageError, TrainingInterrupted, check_footage,
+                                                    train_avatar)
 from digital_human.vision.faces import NoFaceError
 
 TINY = GeneratorConfig(crop_size=64, base_channels=4, levels=2, audio_channels=4, audio_dim=16)
@@ -148,7 +148,7 @@ def test_bad_inputs(clip, trained):
         load_avatar("nobody_here")
     with pytest.raises(ValueError, match="reference must be"):
         animate_clone("tiny_test", track, wave, sr, reference="mouth")
-    from digital_human.engines.talking_head.driver import AudioInputError
+    from digital_human.talking_head.driver import AudioInputError
 
     with pytest.raises(AudioInputError, match="silent"):
         animate_clone("tiny_test", track, np.zeros(sr, np.float32), sr)
@@ -184,7 +184,7 @@ def one_thread():
 def _synthetic_data(config: GeneratorConfig, n: int = 60, seed: int = 0, nan_frame: int | None = None):
     """A "face" region whose dark mouth opens with the loudness of its audio window: the only way to
     get the hole right is to read the audio."""
-    from digital_human.engines.talking_head.train_avatar import CloneData
+    from digital_human.talking_head.clone.train import CloneData
 
     rng = np.random.default_rng(seed)
     y0, y1, x0, x1 = config.region_box()
@@ -204,7 +204,7 @@ def _synthetic_data(config: GeneratorConfig, n: int = 60, seed: int = 0, nan_fra
     boxes = np.tile(np.array([[row, h - 1, w / 4, 3 * w / 4]], np.float32), (n, 1))
     quiet = int(np.flatnonzero(loud == 0)[0])
     # lip "landmarks": the lower half of the points drop with the opening, plus a little jitter
-    from digital_human.engines.talking_head.train_avatar import MOUTH_POINTS
+    from digital_human.talking_head.clone.train import MOUTH_POINTS
 
     k = len(MOUTH_POINTS)
     xs = np.linspace(w / 3, 2 * w / 3, k)
@@ -231,7 +231,7 @@ def test_bf16_autocast_cpu_training_learns_audio_and_eval_sees_current_weights(o
     benchmark scores) must see the weights change between evaluations."""
     import torch
 
-    from digital_human.engines.talking_head.train_avatar import fit_clone
+    from digital_human.talking_head.clone.train import fit_clone
 
     data, loud = _synthetic_data(TINY)
     open_f, closed_f = int(np.argmax(loud)), int(np.flatnonzero(loud == 0)[1])
@@ -264,7 +264,7 @@ def test_non_finite_loss_steps_are_skipped_not_applied(one_thread):
     """A NaN batch (here: a corrupt audio window) is skipped and counted; the weights stay finite."""
     import torch
 
-    from digital_human.engines.talking_head.train_avatar import fit_clone
+    from digital_human.talking_head.clone.train import fit_clone
 
     data, _ = _synthetic_data(TINY, n=30, nan_frame=5)
     fit = fit_clone(data, TINY, steps=20, device="cpu", batch_size=8, amp=True, seed=1)
@@ -274,7 +274,7 @@ def test_non_finite_loss_steps_are_skipped_not_applied(one_thread):
 
 
 def test_warmed_up_speed_estimate(one_thread):
-    from digital_human.engines.talking_head.train_avatar import fit_clone
+    from digital_human.talking_head.clone.train import fit_clone
 
     data, _ = _synthetic_data(TINY, n=30)
     said: list[str] = []
@@ -287,7 +287,7 @@ def test_audio_augmentation_keeps_time_alignment():
     (so the mouth's timing cannot move), blanked bands are whole mel bins, and the input is untouched."""
     import torch
 
-    from digital_human.engines.talking_head.train_avatar import augment_windows
+    from digital_human.talking_head.clone.train import augment_windows
 
     torch.manual_seed(0)
     w = torch.randn(64, 1, 80, 40)
@@ -308,7 +308,7 @@ def test_time_stretch_keeps_the_frame_instant_and_scales_time():
     factor of 1 is the identity."""
     import torch
 
-    from digital_human.engines.talking_head.train_avatar import augment_windows, stretch_windows
+    from digital_human.talking_head.clone.train import augment_windows, stretch_windows
 
     t = torch.arange(40, dtype=torch.float32) - 19.5  # window time relative to its centre
     w = t.expand(3, 1, 8, 40).clone()
@@ -324,7 +324,7 @@ def test_time_stretch_keeps_the_frame_instant_and_scales_time():
     kept = slopes != 0
     assert slopes[kept].min() > 0.9 / 1.25 - 1e-4 and slopes[kept].max() < 1.1 * 1.25 + 1e-4
     assert ((slopes[kept] < 0.89) | (slopes[kept] > 1.11)).any()  # some windows really were stretched
-    from digital_human.engines.talking_head.train_avatar import fit_clone
+    from digital_human.talking_head.clone.train import fit_clone
 
     data, _ = _synthetic_data(TINY, n=20)
     with pytest.raises(ValueError, match="time_stretch .* >= 1"):
@@ -334,7 +334,7 @@ def test_time_stretch_keeps_the_frame_instant_and_scales_time():
 
 
 def test_shape_components_are_whitened_pca_of_the_usable_frames():
-    from digital_human.engines.talking_head.train_avatar import shape_components
+    from digital_human.talking_head.clone.train import shape_components
 
     rng = np.random.default_rng(3)
     shapes = (rng.normal(size=(200, 3)) * [5.0, 2.0, 0.5]) @ rng.normal(size=(3, 12)) + 40.0
@@ -347,7 +347,7 @@ def test_shape_components_are_whitened_pca_of_the_usable_frames():
     assert np.allclose(basis @ basis.T, np.eye(3), atol=1e-5)
     assert scale[0] > scale[1] > scale[2]
     with pytest.raises(ValueError, match="mouth_shapes"):
-        from digital_human.engines.talking_head.train_avatar import fit_clone
+        from digital_human.talking_head.clone.train import fit_clone
 
         data, _ = _synthetic_data(TINY, n=20)
         fit_clone(replace(data, mouth_shapes=None), TINY, steps=1, device="cpu", shape_weight=0.1)
@@ -358,7 +358,7 @@ def test_shape_loss_trains_its_head_and_resumes(one_thread, tmp_path):
     a checkpoint of another recipe (no shape loss) is not mixed in."""
     import torch
 
-    from digital_human.engines.talking_head.train_avatar import fit_clone
+    from digital_human.talking_head.clone.train import fit_clone
 
     data, _ = _synthetic_data(TINY, n=40)
     ckpt = tmp_path / "checkpoint.pt"
@@ -380,8 +380,8 @@ def test_budget_too_short_for_a_usable_avatar_warns_with_the_time_needed(one_thr
     """A budget that cannot reach MIN_USABLE_STEPS (the step count after which the measured CPU curve beat
     the still frame) is said at the speed estimate, with the minutes it would need, and reaches the node's
     report; a run long enough says nothing."""
-    from digital_human.engines.talking_head.train_avatar import (MIN_USABLE_STEPS, fit_clone,
-                                                                 short_training_warning)
+    from digital_human.talking_head.clone.train import (MIN_USABLE_STEPS, fit_clone,
+                                                        short_training_warning)
 
     data, _ = _synthetic_data(TINY, n=30)
     said: list[str] = []
@@ -399,7 +399,7 @@ def test_budget_too_short_for_a_usable_avatar_warns_with_the_time_needed(one_thr
 
 def test_train_avatar_node_report_carries_the_warning(clip, monkeypatch):
     from digital_human.audio import to_comfy_audio
-    from digital_human.engines.talking_head import train_avatar as ta
+    from digital_human.talking_head.clone import train as ta
     from digital_human.nodes.talking_head_nodes import TrainAvatar
 
     track, wave, sr = clip

@@ -1,6 +1,6 @@
 """Lip-sync metrics: mouth opening, speech envelope, audio-visual lag, mouth-landmark distance, PSNR.
 
-Frame clock (shared with engines/talking_head/speech_drive.py): frame i of a clip at `fps` shows
+Frame clock (shared with talking_head/portrait/speech_drive.py): frame i of a clip at `fps` shows
 the instant t_i = i / fps (its presentation time). The speech envelope of frame i is measured on
 audio centred on t_i, so a mouth that moves with the sound gives lag 0.
 

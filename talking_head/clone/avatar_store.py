@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from ...atomic_file import atomic_path, write_text_atomic
+from ...engines.clone_model import GeneratorConfig
 from ...paths import models_root
-from .audio_features import MelConfig
-from .clone_model import GeneratorConfig
+from ..audio_features import MelConfig
 
 AVATAR_VERSION = 1
 AVATARS_SUBDIR = "avatars"
@@ -114,7 +114,7 @@ def save_avatar(model, name: str, crop: np.ndarray, landmarks: np.ndarray, mel_c
     frame (crop + its landmarks) and avatar.json (`meta` on top of the fields every avatar has).
     avatar.json goes last, and an existing one is removed first: a save that is interrupted leaves a
     folder that is not listed as an avatar, never one that mixes new weights with old metadata."""
-    from .clone_model import export_generator_onnx, save_generator
+    from ...engines.clone_model import export_generator_onnx, save_generator
 
     clean = sanitize_name(name)
     folder = avatar_dir(clean, create=True)
@@ -147,7 +147,7 @@ def load_avatar(name: str) -> AvatarInfo:
             raise AvatarNotFoundError(f"avatar '{clean}' in {path} is incomplete ({needed} missing; training may "
                                       "have been interrupted): run TrainAvatar again with resume on")
     info = AvatarInfo(clean, path, meta)
-    from .clone_model import load_generator
+    from ...engines.clone_model import load_generator
 
     load_generator(info.weights_path, info.generator_config)  # strict key/shape check now, not mid-render
     return info

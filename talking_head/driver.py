@@ -14,8 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from ...vision.faces import FaceTrack, NoFaceError
-from ...vision.paste import paste_back_batch
+from ..vision.faces import FaceTrack, NoFaceError
+from ..vision.paste import paste_back_batch
 
 LOOP_MODES = ("loop", "ping-pong", "hold")
 _EPS = 1e-6  # seconds x fps products like 3.0000000004 must not add a frame

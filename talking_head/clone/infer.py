@@ -14,15 +14,29 @@ from typing import Callable
 
 import numpy as np
 
+from ...engines.clone_model import (
+    GeneratorConfig,
+    batch_for_free_memory,
+    crops_to_regions,
+    generator_spec,
+    regions_into_crops,
+)
 from ...vision.faces import CropLandmarks, FaceTrack
 from ...vision.paste import lower_face_mask
-from .audio_features import windows_for_frames
+from ..audio_features import windows_for_frames
+from ..driver import (
+    GeneratedCrops,
+    TalkingHeadResult,
+    frame_schedule,
+    output_frame_count,
+    paste_generated,
+    phase_progress,
+    reference_warnings,
+    validate_audio,
+    validate_track,
+)
 from .avatar_store import AvatarInfo, load_avatar
-from .clone_model import (GeneratorConfig, batch_for_free_memory, crops_to_regions, generator_spec,
-                          regions_into_crops)
-from .driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
-                     phase_progress, reference_warnings, validate_audio, validate_track)
-from .train_avatar import crops_at_size
+from .train import crops_at_size
 
 MODEL_NAME = "clone"
 MASK_JAW_MARGIN = 0.15  # a generated open jaw may reach a little below the reference frame's chin
@@ -31,7 +45,7 @@ REFERENCE_MODES = ("neutral", "frame")
 
 def generator_runner(avatar: AvatarInfo, backend: str = "auto", precision: str = "auto"):
     """The avatar's generator from the engine loader (cached per process)."""
-    from .. import loader
+    from ...engines import loader
 
     spec = generator_spec(avatar.onnx_path, avatar.weights_path, name=f"clone-{avatar.name}")
     return loader.get(spec, backend=backend, precision=precision, stage="face")

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...atomic_file import atomic_path
-from ..onnx_export import ParityReport, export_onnx, parity
-from ..spec import ModelSpec, TensorProfile
+from ..atomic_file import atomic_path
+from .onnx_export import ParityReport, export_onnx, parity
+from .spec import ModelSpec, TensorProfile
 
 INPUT_NAMES = ("source", "reference", "audio")
 OUTPUT_NAMES = ("region",)

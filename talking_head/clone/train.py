@@ -35,10 +35,10 @@ from typing import Callable
 import numpy as np
 
 from ...atomic_file import atomic_path
+from ...engines.clone_model import CloneGenerator, GeneratorConfig, crops_to_regions
 from ...vision.faces import FaceTrack, NoFaceError
-from .audio_features import MelConfig, windows_for_frames
+from ..audio_features import MelConfig, windows_for_frames
 from .avatar_store import AvatarInfo, avatar_dir, sanitize_name, save_avatar
-from .clone_model import CloneGenerator, GeneratorConfig, crops_to_regions
 
 log = logging.getLogger("digital_human.train_avatar")
 
@@ -168,7 +168,7 @@ def prepare_data(crops: np.ndarray, crop_landmarks: np.ndarray, found: np.ndarra
 def check_footage(track: FaceTrack, audio: np.ndarray | None, sample_rate: int | None,
                   min_seconds: float = MIN_SECONDS) -> np.ndarray:
     """Validate TrainAvatar's inputs; returns mono float32 audio. Raises FootageError/NoFaceError."""
-    from .audio_features import to_mono
+    from ..audio_features import to_mono
 
     if not isinstance(track, FaceTrack) or len(track) == 0:
         raise NoFaceError("TrainAvatar needs DH_FACES of a talking video (run FaceAlign on the video first)")
@@ -253,7 +253,7 @@ def resolve_device(device: str) -> str:
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
     if device == "auto":
-        from ..devices import torch_cuda_usable
+        from ...engines.devices import torch_cuda_usable
 
         return "cuda" if torch_cuda_usable() else "cpu"  # ComfyUI's --cpu keeps training on the CPU
     if device == "cuda" and not torch.cuda.is_available():

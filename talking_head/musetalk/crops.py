@@ -18,12 +18,18 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ...engines.musetalk.files import LICENCE_NOTE
 from ...vision.faces import CropLandmarks
 from ...vision.paste import lower_face_mask
-from ..talking_head.driver import (GeneratedCrops, frame_schedule, output_frame_count, reference_warnings,
-                                   validate_audio, validate_track)
+from ..driver import (
+    GeneratedCrops,
+    frame_schedule,
+    output_frame_count,
+    reference_warnings,
+    validate_audio,
+    validate_track,
+)
 from .blend import EXTRA_MARGIN, crop_face, resize_to_box, square_box
-from .files import LICENCE_NOTE
 from .geometry import musetalk_box
 
 log = logging.getLogger("digital_human.musetalk")
@@ -39,7 +45,7 @@ def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    from ..devices import torch_cuda_usable
+    from ...engines.devices import torch_cuda_usable
 
     notes = []
     if backend in ("onnxruntime", "tensorrt"):
@@ -125,10 +131,10 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     compile: torch.compile the generation step on CUDA (a minute or more once, then faster batches; worth it
     for long clips; None = the DIGITAL_HUMAN_MUSETALK_COMPILE variable, "1" to compile).
     Raises MuseTalkFilesError (every missing file and where it goes) before any work."""
-    from .audio import audio_windows, feature_extractor
-    from .files import locate
-    from .networks import cached_networks
-    from .pipeline import MuseTalkPipeline
+    from ...engines.musetalk.audio import audio_windows, feature_extractor
+    from ...engines.musetalk.files import locate
+    from ...engines.musetalk.networks import cached_networks
+    from ...engines.musetalk.pipeline import MuseTalkPipeline
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ...media.mux import FrameStream, MuxInterrupted, MuxReport, mux_video
-from ...media.yuv import rgb_to_yuv420p
-from ...vision.faces import apply_affines, invert_affines
-from ...vision.paste import frame_space_masks
-from ...vision.paste_torch import paste_boxes, paste_footprint
-from ..devices import torch_cuda_usable
+from ..engines.devices import torch_cuda_usable
+from ..media.mux import FrameStream, MuxInterrupted, MuxReport, mux_video
+from ..media.yuv import rgb_to_yuv420p
+from ..vision.faces import apply_affines, invert_affines
+from ..vision.paste import frame_space_masks
+from ..vision.paste_torch import paste_boxes, paste_footprint
 from .driver import GeneratedCrops
 
 CHUNK_FRAMES = 32  # frames per GPU step / encoder write: a few tens of MB of uint8 at 512 px
@@ -148,7 +148,7 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
     frames (rounded like image_to_uint8). Only a few chunks are ever held, whatever the length."""
     import torch
 
-    from ...media.stream_smooth import StreamingSmoother
+    from ..media.stream_smooth import StreamingSmoother
 
     dev = torch.device(device or ("cuda" if torch_cuda_usable() else "cpu"))  # ComfyUI's --cpu respected
     track, idx, n = gen.track, np.asarray(gen.idx, np.int64), len(gen)

@@ -13,12 +13,21 @@ from typing import Callable
 
 import numpy as np
 
+from ...parallel import for_each_frame
 from ...vision import align as _align
 from ...vision.faces import CropLandmarks, apply_affines, invert_affines
-from ...parallel import for_each_frame
 from ...vision.paste import lower_face_mask
-from .driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
-                     phase_progress, reference_warnings, validate_audio, validate_track)
+from ..driver import (
+    GeneratedCrops,
+    TalkingHeadResult,
+    frame_schedule,
+    output_frame_count,
+    paste_generated,
+    phase_progress,
+    reference_warnings,
+    validate_audio,
+    validate_track,
+)
 from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, render_mouth
 from .speech_drive import mouth_params
 

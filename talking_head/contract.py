@@ -1,0 +1,38 @@
+"""The one contract every talking-head model meets (the registry in registry.py holds one entry per model).
+
+A model takes the aligned faces of a reference (`DH_FACES`: a FaceTrack) and speech, and returns a
+`GeneratedCrops`: one generated crop per output frame (or a renderer that makes them on demand), which
+the shared driver pastes back (node path) or render_video streams to the encoder (headless path).
+What differs per model is said here, so the CLI, the nodes and the benchmarks need no per-model code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from .driver import GeneratedCrops
+
+
+class CropGenerator(Protocol):
+    def __call__(self, faces: Any, wave: Any, rate: int, fps: float, *, loop_mode: str, batch_size: int,
+                 strength: float, max_audio_seconds: float, backend: str, precision: str, avatar: Any,
+                 progress: Callable[[int, int], None] | None, should_stop: Callable[[], bool] | None,
+                 streaming: bool) -> GeneratedCrops: ...
+
+
+def _always_ready(model: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class TalkingHeadModel:
+    name: str                      # the `model` value users pick (`clone` is picked as `clone:<avatar name>`)
+    summary: str                   # one line for help texts and node descriptions
+    needs: str                     # what the user must provide beyond a face and speech ("" = nothing)
+    speech_features: str          # what it reads from the audio
+    crop_size: str                 # the crop it generates, in words (fixed, or chosen per face/avatar)
+    generate: CropGenerator
+    # `model` (e.g. "musetalk" or "clone:anna") -> None when it can run now, else a message naming
+    # every missing file / avatar and where it goes; called before any work starts (CLI, node validation)
+    problem: Callable[[str], str | None] = _always_ready
+    per_avatar: bool = False       # picked as `<name>:<avatar>`; menus list one entry per avatar

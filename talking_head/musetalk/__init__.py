@@ -1,0 +1,33 @@
+"""`musetalk`: MuseTalk 1.5 (TMElyralab, MIT) on the user's own release files: a one-step latent
+UNet that redraws the lower half of a 256x256 face crop from whisper-tiny speech features. The
+networks and their files are in engines/musetalk; this folder is the talking-head side (MuseTalk's
+face box and crop conventions, blending, the per-frame renderer)."""
+from __future__ import annotations
+
+from ..contract import TalkingHeadModel
+
+
+def _generate(faces, wave, rate, fps, *, loop_mode, batch_size, strength, max_audio_seconds, backend, precision,
+              avatar, progress, should_stop, streaming):
+    from .crops import musetalk_crops
+
+    return musetalk_crops(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, backend=backend,
+                          precision=precision, max_audio_seconds=max_audio_seconds, progress=progress,
+                          should_stop=should_stop, streaming=streaming)
+
+
+def _problem(model: str) -> str | None:
+    from ...engines.musetalk.files import MuseTalkFilesError, locate
+
+    try:
+        locate()
+    except MuseTalkFilesError as exc:
+        return str(exc)
+    return None
+
+
+MODEL = TalkingHeadModel(
+    name="musetalk", summary="MuseTalk 1.5 from the release files you placed (MIT; weights allow commercial use)",
+    needs="the MuseTalk 1.5 release under models/digital_human/musetalk/ and `pip install .[musetalk]`",
+    speech_features="whisper-tiny encoder states, 10 windows per video frame (engines/musetalk/audio.py)",
+    crop_size="256x256 (MuseTalk's face box, from FaceAlign's mesh)", generate=_generate, problem=_problem)

@@ -1,0 +1,67 @@
+"""The talking-head models, one line each. Adding a model is one folder (with a `MODEL` meeting
+contract.TalkingHeadModel) plus one line in MODELS; TRT_TalkingHead, TalkingHeadVideo, the CLI's
+`--model` checks and the benchmarks all read this registry."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import clone, musetalk, portrait
+from .contract import TalkingHeadModel
+from .driver import GeneratedCrops
+
+MODELS: dict[str, TalkingHeadModel] = {
+    "portrait": portrait.MODEL,
+    "musetalk": musetalk.MODEL,
+    "clone": clone.MODEL,
+}
+
+
+class UnknownModelError(ValueError):
+    pass
+
+
+def resolve(model: str, avatar: Any = None) -> tuple[TalkingHeadModel, Any]:
+    """The registry entry for a `model` value, and the avatar it names (`clone:<name>`) or was given."""
+    name, _, suffix = model.partition(":")
+    entry = MODELS.get(name if avatar is None else "clone")
+    if entry is None or (entry.per_avatar and avatar is None and not suffix) or (suffix and not entry.per_avatar):
+        raise UnknownModelError(f"model must be {' or '.join(choice_patterns())}, got '{model}'")
+    return entry, avatar if avatar is not None else (suffix or None)
+
+
+def choice_patterns() -> list[str]:
+    """How each model is written: 'portrait', 'musetalk', 'clone:<avatar name>'."""
+    return [f"'{m.name}:<avatar name>'" if m.per_avatar else f"'{m.name}'" for m in MODELS.values()]
+
+
+def model_choices() -> list[str]:
+    """Every `model` value that exists now, for menus: one entry per trained avatar for per-avatar models."""
+    from .clone.avatar_store import list_avatars
+
+    choices: list[str] = []
+    for entry in MODELS.values():
+        choices += [f"{entry.name}:{a}" for a in list_avatars()] if entry.per_avatar else [entry.name]
+    return choices
+
+
+def model_problem(model: str) -> str | None:
+    """None when `model` can run now; else what is missing and where it goes (unknown names included)."""
+    try:
+        entry, _ = resolve(model)
+    except UnknownModelError as exc:
+        return str(exc)
+    return entry.problem(model)
+
+
+def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loop_mode: str = "ping-pong",
+                   batch_size: int = 0, strength: float = 1.0, max_audio_seconds: float = 600.0,
+                   backend: str = "auto", precision: str = "auto", avatar: Any = None,
+                   progress: Callable[[int, int], None] | None = None,
+                   should_stop: Callable[[], bool] | None = None, streaming: bool = False) -> GeneratedCrops:
+    """The model's crops for every output frame. A given `avatar` (DH_AVATAR) overrides `model`.
+    streaming: crops are made on demand while the video is rendered (bounded memory); progress then
+    reports nothing here (the renderer reports)."""
+    entry, avatar = resolve(model, avatar)
+    return entry.generate(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, strength=strength,
+                          max_audio_seconds=max_audio_seconds, backend=backend, precision=precision, avatar=avatar,
+                          progress=progress, should_stop=should_stop, streaming=streaming)
