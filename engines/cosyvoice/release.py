@@ -6,6 +6,7 @@ torch.load(weights_only=True) and strict key and shape checks; ONNX files run on
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -38,13 +39,34 @@ class ReleaseFilesMissing(FileNotFoundError):
     pass
 
 
+class UnsupportedRelease(ValueError):
+    """A CosyVoice release this runtime does not run (CosyVoice 3)."""
+
+
+# CosyVoice 3 (Fun-CosyVoice3-0.5B) keeps the file names llm.pt / flow.pt / hift.pt but not the networks:
+# its LM puts sos/task/eos in the speech-token table (6561 + 200 rows, no bias on the head), its flow
+# decoder is a 22-block DiT with no conformer encoder, its vocoder is the causal HiFT, and its prompt
+# tokens come from speech_tokenizer_v3.onnx. Refuse such a folder by name instead of failing on keys.
+COSYVOICE3_CLASSES = ("CosyVoice3LM", "CausalMaskedDiffWithDiT", "CausalHiFTGenerator")
+
+
+def _cosyvoice3_error(folder: Path, why: str) -> UnsupportedRelease:
+    return UnsupportedRelease(
+        f"{folder} is a CosyVoice 3 release ({why}); this pack runs CosyVoice 2 only. CosyVoice 3 has other "
+        f"networks under the same file names (DiT flow decoder, causal HiFT vocoder, another LM token layout, "
+        f"speech_tokenizer_v3.onnx), so its files cannot be loaded here. Use the {RELEASE_NAME} folder "
+        f"(cosyvoice2.yaml, speech_tokenizer_v2.onnx).")
+
+
 def missing_files(folder: Path) -> list[str]:
     return [name for name in RELEASE_FILES if not (folder / name).is_file()]
 
 
 def check_release(folder: str | Path) -> Path:
-    """Raise one error naming every missing file and where it goes."""
+    """Raise one error naming every missing file and where it goes (a CosyVoice 3 folder: say so)."""
     folder = Path(folder)
+    if (folder / "cosyvoice3.yaml").is_file():
+        raise _cosyvoice3_error(folder, "it has cosyvoice3.yaml")
     missing = missing_files(folder)
     if missing:
         lines = "\n".join(f"  {folder / name}  ({RELEASE_FILES[name]})" for name in missing)
@@ -91,8 +113,11 @@ def _resolve(value: Any, top: dict) -> Any:
 
 
 def read_config(path: Path) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        raw = yaml.load(handle, Loader=_TagLoader)  # noqa: S506 - SafeLoader subclass, tags become data
+    text = path.read_text(encoding="utf-8")
+    found = [name for name in COSYVOICE3_CLASSES if re.search(rf"!new:[\w.]*\b{name}\b", text)]
+    if found:  # a CosyVoice 3 configuration under the CosyVoice 2 file name
+        raise _cosyvoice3_error(path.parent, f"{path.name} builds {', '.join(found)}")
+    raw = yaml.load(text, Loader=_TagLoader)  # noqa: S506 - SafeLoader subclass, tags become data
     if not isinstance(raw, dict) or not all(k in raw for k in ("llm", "flow", "hift")):
         raise ValueError(f"{path} is not a CosyVoice 2 configuration (no llm/flow/hift sections)")
     return {k: _resolve(raw[k], raw) for k in ("llm", "flow", "hift", "sample_rate") if k in raw}
