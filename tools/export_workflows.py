@@ -116,6 +116,28 @@ LAYOUTS = {
                      ("Voice: the video's own sound -> cloned voice -> speech", ["2", "3"], "#2a4858")],
                     [("MuseTalk 1.5 lip-sync and video: lips from the speech -> MP4", ["5"], "#4a2a58")]],
     },
+    "voice_clone_cosyvoice": {
+        "note": ["## Voice clone with CosyVoice 2", "Text to speech in the voice of a short clip, cloned zero-shot by "
+                 "CosyVoice 2 (no voice fitting: a few seconds of reference are enough).",
+                 "**Needs your CosyVoice files** (nothing is downloaded): put the `CosyVoice2-0.5B` folder exactly as "
+                 "released (FunAudioLLM on Hugging Face or ModelScope, Apache-2.0) at "
+                 "`models/digital_human/cosyvoice/CosyVoice2-0.5B/` - `cosyvoice2.yaml`, `llm.pt`, `flow.pt`, "
+                 "`hift.pt`, `campplus.onnx`, `speech_tokenizer_v2.onnx`, `spk2info.pt` and the "
+                 "`CosyVoice-BlankEN/` folder - and install the extra once: `pip install transformers pyyaml` "
+                 "(versions in the pack's pyproject, extra `cosyvoice`). Without them the prompt is refused when "
+                 "queued, with the list of what is missing. CosyVoice 3 folders are not supported yet.",
+                 SETUP_LINE,
+                 "**Voice** (Load Reference Audio): upload a clip of the person speaking (3-30 s of one voice). "
+                 "Type what the clip says in **Voice for CosyVoice 2** (`reference_text`): with it CosyVoice "
+                 "continues the clip's speech (zero-shot mode, best likeness); leave it empty for cross-lingual "
+                 "mode. Type the text to speak in **TTS with CosyVoice 2** (English, Mandarin and more). Same seed, "
+                 "same audio.",
+                 "The speech is saved by **Save speech** (FLAC in ComfyUI's output folder) and plays in the node.",
+                 "Sample input: a voice the pack speaks with its bundled Kokoro voice; the reference text is what it "
+                 "says."],
+        "columns": [[("Voice: reference clip -> CosyVoice 2 speaker -> speech", ["1", "2", "3"], "#2a4858")],
+                    [("Output", ["4"], "#3f5a3a")]],
+    },
 }
 LAYOUT_JS = """([spec]) => {
   const LG = window.LiteGraph, g = window.app.graph;

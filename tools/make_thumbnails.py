@@ -9,7 +9,9 @@ renders what each template makes with the pack's own CLI on the sample inputs th
 - clone_from_video: a frame of the sample talking video (the portrait model's output the clone trains on);
 - lipsync_video_musetalk: the same frame with a caption saying the template needs the user's MuseTalk files
   (the pack ships none, so it cannot show MuseTalk's own output);
-- voice_only: the waveform of `digital-human speak` of the template's text in the sample voice.
+- voice_only: the waveform of `digital-human speak` of the template's text in the sample voice;
+- voice_clone_cosyvoice: the waveform of the sample voice clip (its reference), captioned that the template
+  needs the user's CosyVoice files (the pack ships none, so it cannot show CosyVoice's own output).
 
     DIGITAL_HUMAN_MODELS=~/.cache/digital_human/models python tools/make_thumbnails.py [--only NAME ...]
 """
@@ -135,6 +137,9 @@ def main() -> None:
             _pack("speak", "--voice", str(samples / VOICE), "--no-imitate", "--text", _tts_text("voice_only"),
                   "--out", str(speech))
             _save(_waveform(speech), "voice_only")
+        if "voice_clone_cosyvoice" in wanted:
+            _save(_captioned(_waveform(samples / VOICE), "CosyVoice 2 voice clone - needs your CosyVoice files"),
+                  "voice_clone_cosyvoice")
 
 
 if __name__ == "__main__":
