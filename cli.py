@@ -39,14 +39,18 @@ def _cmd_setup(args: argparse.Namespace) -> dict[str, Any]:
     from .setup_assets import run_setup
 
     if getattr(args, "check", None) == "musetalk":  # files users place themselves: report, never download
-        from .engines.musetalk.files import file_status, musetalk_root
+        from .engines.musetalk.files import file_status, musetalk_root, optional_status
 
         status = file_status()
         for name, present, source in status:
             print(f"{'ok     ' if present else 'MISSING'} {musetalk_root() / name}  <- {source}")
+        optional = optional_status()
+        for name, present, source in optional:  # absent optional files never make `ready` false
+            print(f"{'ok     ' if present else 'absent '} {musetalk_root() / name}  (optional)  <- {source}")
         missing = [name for name, present, _ in status if not present]
         return {"model": "musetalk", "root": str(musetalk_root()), "ready": not missing, "missing": missing,
-                "present": [name for name, present, _ in status if present]}
+                "present": [name for name, present, _ in status if present],
+                "optional": {name: present for name, present, _ in optional}}
 
     return run_setup(wheel_dir=Path(args.wheel_dir) if args.wheel_dir else None, only=args.only)
 

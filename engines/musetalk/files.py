@@ -9,6 +9,11 @@ Under the pack's models folder (paths.models_root(), e.g. ComfyUI/models/digital
     musetalk/whisper/config.json         audio encoder      (huggingface.co/openai/whisper-tiny)
     musetalk/whisper/preprocessor_config.json
     musetalk/whisper/model.safetensors | pytorch_model.bin
+    optional:
+    musetalk/face-parse-bisent/79999_iter.pth         BiSeNet face parsing (the paste mask as the reference
+                                                      makes it; without it the face mesh gives the mask)
+    musetalk/face-parse-bisent/resnet18-5c106cde.pth  its ImageNet backbone (read by the reference, not needed
+                                                      here: 79999_iter.pth holds every backbone weight; checked)
 
 Nothing is downloaded. Weights are read with safetensors when that file exists, else with
 torch.load(weights_only=True) (no pickled code runs).
@@ -40,6 +45,17 @@ REQUIRED: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
+# Optional: never block a run; `setup --check musetalk` lists them as optional. Names as MuseTalk's
+# download_weights.sh writes them (models/face-parse-bisent/).
+_PARSE_SRC = ("the MuseTalk README's 'face-parse-bisent' link (drive.google.com, file id "
+              "154JgKpzCPW82qINcVieuPH3fZ2e0P812; zllrunning/face-parsing.PyTorch)")
+_RESNET_SRC = "download.pytorch.org/models/resnet18-5c106cde.pth"
+OPTIONAL: tuple[tuple[str, str], ...] = (
+    ("face-parse-bisent/79999_iter.pth", _PARSE_SRC),
+    ("face-parse-bisent/resnet18-5c106cde.pth", _RESNET_SRC),
+)
+
+
 class MuseTalkFilesError(FileNotFoundError):
     """One or more MuseTalk files are missing; the message lists every one and where it goes."""
 
@@ -67,6 +83,8 @@ class MuseTalkFiles:
     whisper_config: Path
     whisper_preprocessor: Path
     whisper_weights: Path
+    face_parsing: Path | None = None           # optional BiSeNet (79999_iter.pth), None when absent
+    face_parsing_backbone: Path | None = None  # optional resnet18-5c106cde.pth, None when absent
 
     @property
     def whisper_dir(self) -> Path:
@@ -81,6 +99,12 @@ def file_status(models_root: str | Path | None = None) -> list[tuple[str, bool, 
         found = next((n for n in names if (root / n).is_file()), None)
         out.append((found or " or ".join(names), found is not None, source))
     return out
+
+
+def optional_status(models_root: str | Path | None = None) -> list[tuple[str, bool, str]]:
+    """(relative path, present?, source) for the optional files (face parsing)."""
+    root = musetalk_root(models_root)
+    return [(name, (root / name).is_file(), source) for name, source in OPTIONAL]
 
 
 def locate(models_root: str | Path | None = None) -> MuseTalkFiles:
@@ -103,7 +127,9 @@ def locate(models_root: str | Path | None = None) -> MuseTalkFiles:
         vae_config=root / "sd-vae/config.json",
         vae_weights=pick("sd-vae/diffusion_pytorch_model.safetensors", "sd-vae/diffusion_pytorch_model.bin"),
         whisper_config=root / "whisper/config.json", whisper_preprocessor=root / "whisper/preprocessor_config.json",
-        whisper_weights=pick("whisper/model.safetensors", "whisper/pytorch_model.bin"))
+        whisper_weights=pick("whisper/model.safetensors", "whisper/pytorch_model.bin"),
+        face_parsing=next((root / n for n, present, _ in optional_status(models_root)[:1] if present), None),
+        face_parsing_backbone=next((root / n for n, present, _ in optional_status(models_root)[1:] if present), None))
 
 
 def read_json(path: Path) -> dict:

@@ -4,7 +4,8 @@ Crop: the face box (x1, y1, x2, y2) with y2 moved down by `extra_margin` pixels 
 to the image), resized to 256x256 with Lanczos. Paste: the generated 256 crop is resized back to the
 box (bilinear) and blended over a square 1.5x the box's longer side around its centre, through a mask
 that is the face-parsing mask inside the box, zero above half of that square, blurred with a Gaussian
-of kernel 5% of its side. The mask source is the caller's (face mesh, or a parsing model).
+of kernel 5% of its side. The mask source is the caller's (face mesh, or the BiSeNet face parsing of
+that square as the reference runs it: `parsing_face_mask`).
 """
 from __future__ import annotations
 
@@ -44,6 +45,26 @@ def square_box(box, expand: float = EXPAND) -> tuple[int, int, int, int]:
     return xc - s, yc - s, xc + s, yc + s
 
 
+def cut_square(image: np.ndarray, square) -> np.ndarray:
+    """uint8 [2s, 2s, C]: the blending square cut from the image, black where it leaves the image
+    (what PIL's Image.crop gives the reference for a box past the border)."""
+    xs, ys, xe, ye = (int(v) for v in square)
+    side = xe - xs
+    h, w = image.shape[:2]
+    out = np.zeros((side, side) + image.shape[2:], np.uint8)
+    sx0, sy0, sx1, sy1 = max(xs, 0), max(ys, 0), min(xe, w), min(ye, h)
+    if sx1 > sx0 and sy1 > sy0:
+        out[sy0 - ys:sy1 - ys, sx0 - xs:sx1 - xs] = image[sy0:sy1, sx0:sx1]
+    return out
+
+
+def parsing_face_mask(image: np.ndarray, box, parser, mode: str = "jaw") -> np.ndarray:
+    """uint8 [2s, 2s]: the face-parsing mask of the blending square around `box` (an extended box), as
+    get_image computes it before the paste: the square is cut from the original image (before the
+    generated face goes in) and parsed; `parser.mask(rgb, mode)` returns it at the square's size."""
+    return parser.mask(cut_square(image, square_box(box)), mode)
+
+
 def blend_mask(face_mask: np.ndarray, box, square) -> np.ndarray:
     """uint8 [2s, 2s]: `face_mask` (uint8, the square's size) kept inside the box and below the
     square's upper half, then blurred."""
@@ -75,9 +96,8 @@ def paste_face(image: np.ndarray, face: np.ndarray, box, face_mask: np.ndarray) 
     xs, ys, xe, ye = square
     side = xe - xs
     h, w = image.shape[:2]
-    large = np.zeros((side, side, 3), np.uint8)  # the square cut from the image, black outside it
+    large = cut_square(image, square)
     sx0, sy0, sx1, sy1 = max(xs, 0), max(ys, 0), min(xe, w), min(ye, h)
-    large[sy0 - ys:sy1 - ys, sx0 - xs:sx1 - xs] = image[sy0:sy1, sx0:sx1]
     fx0, fy0 = x - xs, y - ys
     tx0, ty0, tx1, ty1 = max(fx0, 0), max(fy0, 0), min(fx0 + face.shape[1], side), min(fy0 + face.shape[0], side)
     large[ty0:ty1, tx0:tx1] = face[ty0 - fy0:ty1 - fy0, tx0 - fx0:tx1 - fx0]

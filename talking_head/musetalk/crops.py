@@ -4,16 +4,22 @@ Per output frame: its scheduled reference frame's aligned crop (FaceAlign, at tr
 MuseTalk's face box (geometry.py) inside the crop; that box is resized to 256x256, its latents
 (masked + reference) are computed once per reference frame and cached; the frame's whisper window
 drives one UNet pass; the decoded 256 face is resized back into the box. The crop is returned with
-a paste mask in crop space: the face-mesh lower-face mask inside the box and below the centre of
-MuseTalk's blending square, blurred as v1.5 blurs (5% of the square's side), so the shared driver
-pastes it like the other models' crops.
+a paste mask in crop space, so the shared driver pastes it like the other models' crops. Its face
+region comes from one of two sources (`mask`), said in the warnings:
+- face-parsing: the user's BiSeNet (musetalk/face-parse-bisent/79999_iter.pth) on MuseTalk's blending
+  square cut from the crop, v1.5's "jaw" mode, then get_image's steps (inside the box, below the
+  square's centre, Gaussian blur of 5% of its side) - the reference's mask, computed in crop space;
+- mesh: the face mesh's lower-face mask inside the box and below the square's centre, blurred the same.
+`auto` (default; or DIGITAL_HUMAN_MUSETALK_MASK) takes face parsing when its file is there, else the mesh.
 """
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -29,7 +35,7 @@ from ..driver import (
     validate_audio,
     validate_track,
 )
-from .blend import EXTRA_MARGIN, crop_face, resize_to_box, square_box
+from .blend import EXTRA_MARGIN, blend_mask, crop_face, parsing_face_mask, resize_to_box, square_box
 from .geometry import musetalk_box
 
 log = logging.getLogger("digital_human.musetalk")
@@ -37,6 +43,8 @@ MODEL_NAME = "musetalk"
 MASK_JAW_MARGIN = 0.10
 BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+MASKS = ("auto", "mesh", "face-parsing")
+MASK_ENV = "DIGITAL_HUMAN_MUSETALK_MASK"
 
 
 def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
@@ -62,13 +70,41 @@ def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
     return device, precision, notes
 
 
+def resolve_mask(mask: str | None, parsing_file: Path | None, root: Path) -> str:
+    """"face-parsing" or "mesh" for a `mask` choice (None: the environment variable, else "auto")."""
+    choice = mask if mask is not None else (os.environ.get(MASK_ENV, "").strip() or "auto")
+    if choice not in MASKS:
+        raise ValueError(f"mask must be one of {MASKS}, got {choice!r}")
+    if choice == "face-parsing" and parsing_file is None:
+        from ...engines.musetalk.face_parsing import require_parsing_file
+
+        require_parsing_file(root.parent)  # raises MuseTalkFilesError: where the file goes
+    if choice == "auto":
+        return "face-parsing" if parsing_file is not None else "mesh"
+    return choice
+
+
+def mask_note(source: str, parsing_file: Path | None, root: Path, asked: str | None) -> str:
+    """One line for the report: which paste mask was used, and why when it is the fallback."""
+    if source == "face-parsing":
+        return f"paste mask: BiSeNet face parsing ({parsing_file}, v1.5 'jaw' mode), as MuseTalk's own blending"
+    if parsing_file is None:
+        return (f"paste mask: face mesh (fallback; MuseTalk's own mask needs the optional BiSeNet file "
+                f"{root / 'face-parse-bisent' / '79999_iter.pth'})")
+    return "paste mask: face mesh (chosen" + (" by " + MASK_ENV if asked is None else "") + \
+        "; the BiSeNet file is present but not used)"
+
+
 class _MuseTalkRenderer:
     """Generated crops of output frames start..stop-1 on demand, in UNet batches of `batch_size`."""
 
     def __init__(self, pipe, track, idx: np.ndarray, windows, batch_size: int,
-                 should_stop: Callable[[], bool] | None, keep: int = 256):
+                 should_stop: Callable[[], bool] | None, keep: int = 256, parser: Any = None,
+                 timings: dict[str, float] | None = None):
         self.pipe, self.track, self.idx, self.windows = pipe, track, idx, windows
         self.batch_size, self.should_stop = batch_size, should_stop
+        self.parser = parser  # FaceParser (BiSeNet) or None = face-mesh masks
+        self.timings = timings if timings is not None else {}
         self.size = track.crop_size
         self.crop_lms = CropLandmarks(track)  # per frame on demand: flat in the video's length
         self._boxes: dict[int, tuple[int, int, int, int]] = {}
@@ -84,8 +120,29 @@ class _MuseTalkRenderer:
             hit = self._boxes[r] = (x1, y1, min(x2, self.size), min(y2 + margin, self.size))
         return hit
 
+    def _parsing_mask(self, r: int) -> np.ndarray:
+        """float32 [S, S]: get_image's mask for reference frame r, made in crop space: BiSeNet on the
+        blending square of the crop (before any generated face), then box / lower half / blur on the
+        square (uint8, as the reference), placed into the crop (the square may overhang it)."""
+        t0 = time.perf_counter()
+        box = self.box(r)
+        square = square_box(box)
+        crop = np.asarray(self.track.crops[r], np.uint8)
+        m = blend_mask(parsing_face_mask(crop, box, self.parser), box, square)
+        out = np.zeros((self.size, self.size), np.float32)
+        xs, ys, xe, ye = square
+        x0, y0, x1, y1 = max(xs, 0), max(ys, 0), min(xe, self.size), min(ye, self.size)
+        if x1 > x0 and y1 > y0:
+            out[y0:y1, x0:x1] = m[y0 - ys:y1 - ys, x0 - xs:x1 - xs].astype(np.float32) / 255.0
+        self.timings["face_parsing"] = self.timings.get("face_parsing", 0.0) + time.perf_counter() - t0
+        return out
+
     def mask(self, r: int) -> np.ndarray:
         hit = self._masks.get(r)
+        if hit is None and self.parser is not None:
+            hit = self._masks[r] = self._parsing_mask(r)
+            while len(self._masks) > self._keep:
+                self._masks.popitem(last=False)
         if hit is None:
             import cv2
 
@@ -122,7 +179,7 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
                    loop_mode: str = "ping-pong", batch_size: int = 0, backend: str = "auto", precision: str = "auto",
                    max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
                    should_stop: Callable[[], bool] | None = None, streaming: bool = False, seed: int = 0,
-                   models_root: Any = None, compile: bool | None = None) -> GeneratedCrops:
+                   models_root: Any = None, compile: bool | None = None, mask: str | None = None) -> GeneratedCrops:
     """MuseTalk's crop for every output frame (no paste-back yet); arguments as portrait_crops.
 
     batch_size: frames per UNet batch (0 = 32 on CUDA, 4 on the CPU). backend/precision: torch on CUDA
@@ -130,6 +187,9 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     streaming: return at once with crops made on demand (GeneratedCrops.render).
     compile: torch.compile the generation step on CUDA (a minute or more once, then faster batches; worth it
     for long clips; None = the DIGITAL_HUMAN_MUSETALK_COMPILE variable, "1" to compile).
+    mask: the paste mask's source, "auto" (BiSeNet face parsing when face-parse-bisent/79999_iter.pth is
+    there, else the face mesh), "mesh" or "face-parsing" (its file then required); None = the
+    DIGITAL_HUMAN_MUSETALK_MASK variable, else "auto". The one used is said in the warnings.
     Raises MuseTalkFilesError (every missing file and where it goes) before any work."""
     from ...engines.musetalk.audio import audio_windows, feature_extractor
     from ...engines.musetalk.files import locate
@@ -138,13 +198,19 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    locate(models_root)  # the files first: the clearest error
+    files = locate(models_root)  # the files first: the clearest error
+    mask_source = resolve_mask(mask, files.face_parsing, files.root)
     validate_track(track)
     wave = validate_audio(audio, sample_rate, max_audio_seconds)
     if batch_size < 0:
         raise ValueError(f"batch_size must be >= 1, or 0 for automatic, got {batch_size}")
     device, prec, notes = resolve_runtime(backend, precision)
     net = cached_networks(device, prec, models_root)
+    parser = None
+    if mask_source == "face-parsing":  # a placed file that fails the strict checks is an error, not a fallback
+        from ...engines.musetalk.face_parsing import cached_parser
+
+        parser = cached_parser(device, models_root)
     timings["load"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
@@ -155,9 +221,10 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     timings["audio"] = time.perf_counter() - t1
     batch_size = int(batch_size) or (32 if device == "cuda" else 4)
 
-    warnings = list(notes) + reference_warnings(track, idx, n_out, fps, loop_mode)
+    warnings = list(notes) + [mask_note(mask_source, files.face_parsing, files.root, mask)] \
+        + reference_warnings(track, idx, n_out, fps, loop_mode)
     pipe = MuseTalkPipeline(net, seed=seed, compile=compile)
-    renderer = _MuseTalkRenderer(pipe, track, idx, windows, batch_size, should_stop)
+    renderer = _MuseTalkRenderer(pipe, track, idx, windows, batch_size, should_stop, parser=parser, timings=timings)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,
                          render=renderer.render, mask_of=renderer.mask)
