@@ -9,8 +9,11 @@ prompted with the reference text and speech tokens (zero-shot mode); without one
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,6 +24,9 @@ import torch.nn.functional as F
 from ..loader import get as get_runner
 from ..spec import ModelSpec
 from .features import kaldi_fbank, prompt_mel, whisper_log_mel
+from .flow import FastCFM
+from .hift import without_weight_norm
+from .lm import StaticDecoder
 from .release import LICENSE, RELEASE_NAME, check_release, load_models
 
 log = logging.getLogger("digital_human")
@@ -34,6 +40,37 @@ SPECIAL_TOKENS = {
                                   "</strong>", "[noise]", "[laughter]", "[cough]", "[clucking]", "[accent]",
                                   "[quick_breath]", "<laughter>", "</laughter>", "[hissing]", "[sigh]",
                                   "[vocalized-noise]", "[lipsmack]", "[mn]"]}
+
+
+FAST_ENV = "DIGITAL_HUMAN_COSYVOICE_FAST"  # "1": the fast path on a CUDA device (FP32 eager otherwise)
+STREAM_HOP_TOKENS = 25  # tokens per streamed piece (1 s of speech; the reference streams 25-token hops)
+HIFT_CONTEXT_FRAMES = 8  # mel frames of left context re-vocoded for each streamed piece (then dropped)
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """Speed-ups over the FP32 eager reference; each can be switched off on its own.
+
+    lm_graph: the LM's one-token steps on a fixed-size KV cache, one CUDA graph per step (lm.StaticDecoder).
+      Same weights and dtype as the reference: logits agree to rounding, so tokens match unless a draw
+      falls on a rounding-sized boundary.
+    lm_bf16: the LM's weights in bfloat16 (half the weight reads per token). Changes the logits, so the
+      sampled tokens differ from FP32's after the first few steps; off by default.
+    lm_compile: torch.compile (inductor) of that step before it is captured: fewer, fused kernels per
+      token; costs a compile on first use per runtime (a failed compile is logged, the step runs uncompiled).
+    flow_half: the flow estimator (the ODE's network) as an FP16 copy; the token encoder stays FP32.
+    flow_graph: the whole 10-step ODE solve as one CUDA graph per padded length (flow.FastCFM).
+    hift_half: HiFT's upsampler convolutions under FP16 autocast (F0 and sine source in FP32). Off by
+      default: on the H200 it was not faster than FP32 (TF32) convolutions. Weight norm is always folded.
+    """
+
+    lm_graph: bool = True
+    lm_bf16: bool = False
+    lm_compile: bool = True
+    flow_half: bool = True
+    flow_graph: bool = True
+    hift_half: bool = False
+    lm_capacity: int = 2560  # KV-cache slots: prompt + generated tokens; longer calls fall back to eager
 
 
 def default_folder() -> Path:
@@ -51,14 +88,27 @@ def _resample(wave: np.ndarray, sr: int, target: int) -> np.ndarray:
 class CosyVoice2Runtime:
     """The loaded release: networks, tokenizer and the two ONNX front-end models."""
 
-    def __init__(self, folder: str | Path, device: str = "cpu") -> None:
+    def __init__(self, folder: str | Path, device: str = "cpu", fast: FastPath | None = None,
+                 offload: bool = False) -> None:
+        """fast: None = the FP32 eager reference path. offload: keep the three networks in CPU memory and
+        move each to `device` only for its stage (peak GPU memory = the largest stage, not the sum; each
+        call pays the copies, and the fast path's graphs are rebuilt every call)."""
         from transformers import AutoTokenizer
 
         self.folder = check_release(folder)
         self.device = torch.device(device)
+        self.fast = fast
+        self.offload = offload and self.device.type != "cpu"
         self.models = load_models(self.folder)
-        for module in (self.models.lm, self.models.flow, self.models.hift):
-            module.to(self.device)
+        if fast is not None and fast.lm_bf16:
+            self.models.lm.to(torch.bfloat16)
+        # HiFT with weight norm folded: a different module, same function (the reference keeps its own)
+        self.hift = without_weight_norm(self.models.hift) if fast is not None else self.models.hift
+        self._decoder: StaticDecoder | None = None
+        self._solver: FastCFM | None = None
+        if not self.offload:
+            for module in (self.models.lm, self.models.flow, self.hift):
+                module.to(self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.folder / "CosyVoice-BlankEN"))
         self.tokenizer.add_special_tokens(SPECIAL_TOKENS)
         # The reference runs both ONNX files with ONNX Runtime; so does the engine layer here.
@@ -93,25 +143,125 @@ class CosyVoice2Runtime:
                 "embedding": np.asarray(embedding, np.float32).reshape(-1),
                 "prompt_text_ids": np.array(self.text_ids(transcript) if transcript.strip() else [], np.int32)}
 
-    @torch.inference_mode()
-    def speak(self, text_ids: list[int], state: dict[str, np.ndarray], generator: torch.Generator,
-              speed: float = 1.0) -> tuple[np.ndarray, int]:
-        """One chunk: (waveform, speech tokens generated)."""
+    @contextlib.contextmanager
+    def _stage(self, name: str, module: torch.nn.Module, timings: dict[str, float] | None) -> Iterator[None]:
+        """Time one stage (synchronizing the device when timings are asked for); with offload, bring its
+        network to the device for the stage and send it back after (fast-path objects are dropped with it:
+        a captured graph holds the device addresses of the weights it read)."""
+        if self.offload:
+            module.to(self.device)
+        sync = timings is not None and self.device.type == "cuda"
+        if sync:
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if sync:
+                torch.cuda.synchronize(self.device)
+            if timings is not None:
+                timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+            if self.offload:
+                if module is self.models.lm:
+                    self._decoder = None
+                if module is self.models.flow:
+                    self._solver = None
+                module.to("cpu")
+                torch.cuda.empty_cache()
+
+    def _lm_decoder(self) -> StaticDecoder | None:
+        if self.fast is None or not self.fast.lm_graph:
+            return None
+        if self._decoder is None:
+            self._decoder = StaticDecoder(self.models.lm, self.fast.lm_capacity, compile=self.fast.lm_compile)
+        return self._decoder
+
+    def _flow_solver(self) -> FastCFM | None:
+        if self.fast is None or not (self.fast.flow_half or self.fast.flow_graph):
+            return None
+        if self._solver is None:
+            self._solver = FastCFM(self.models.flow.decoder, torch.float16 if self.fast.flow_half else torch.float32,
+                                   cuda_graph=self.fast.flow_graph and self.device.type == "cuda")
+        return self._solver
+
+    def _inputs(self, text_ids: list[int], state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         dev = self.device
         t = lambda a, dtype: torch.as_tensor(np.asarray(a), dtype=dtype, device=dev)[None]  # noqa: E731
         prompt_text = t(state["prompt_text_ids"], torch.int32)
-        zero_shot = prompt_text.shape[1] > 0
         prompt_token = t(state["prompt_token"], torch.int32)
-        lm_prompt = prompt_token if zero_shot else prompt_token[:, :0]
-        tokens = list(self.models.lm.generate(t(text_ids, torch.int32), prompt_text, lm_prompt, generator=generator))
+        zero_shot = prompt_text.shape[1] > 0
+        return {"text": t(text_ids, torch.int32), "prompt_text": prompt_text, "prompt_token": prompt_token,
+                "lm_prompt": prompt_token if zero_shot else prompt_token[:, :0],
+                "prompt_feat": t(state["prompt_feat"], torch.float32), "embedding": t(state["embedding"], torch.float32)}
+
+    def _tokens(self, x: dict[str, torch.Tensor], generator: torch.Generator, **limits: Any) -> Iterator[int]:
+        return self.models.lm.generate(x["text"], x["prompt_text"], x["lm_prompt"], generator=generator,
+                                       decoder=self._lm_decoder(), **limits)
+
+    def _mel(self, tokens: list[int], x: dict[str, torch.Tensor]) -> torch.Tensor:
+        token = torch.as_tensor(tokens, dtype=torch.int32, device=self.device)[None]
+        return self.models.flow.inference(token, x["prompt_token"], x["prompt_feat"], x["embedding"],
+                                          solver=self._flow_solver())
+
+    def _wave(self, mel: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return self.hift.inference(mel, generator=generator, half=self.fast is not None and self.fast.hift_half)
+
+    @torch.inference_mode()
+    def speak(self, text_ids: list[int], state: dict[str, np.ndarray], generator: torch.Generator,
+              speed: float = 1.0, timings: dict[str, float] | None = None,
+              **limits: Any) -> tuple[np.ndarray, int]:
+        """One chunk: (waveform, speech tokens generated). timings: filled with seconds per stage
+        (lm_s, flow_s, hift_s). limits: min_tokens / max_tokens for the LM (benchmarks)."""
+        x = self._inputs(text_ids, state)
+        with self._stage("lm_s", self.models.lm, timings):
+            tokens = list(self._tokens(x, generator, **limits))
         if not tokens:
             return np.zeros(0, np.float32), 0
-        mel = self.models.flow.inference(t(tokens, torch.int32), prompt_token, t(state["prompt_feat"], torch.float32),
-                                         t(state["embedding"], torch.float32))
-        if speed != 1.0:
-            mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / speed)), mode="linear")
-        wave = self.models.hift.inference(mel, generator=generator)
-        return wave[0].float().cpu().numpy(), len(tokens)
+        with self._stage("flow_s", self.models.flow, timings):
+            mel = self._mel(tokens, x)
+            if speed != 1.0:
+                mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / speed)), mode="linear")
+        with self._stage("hift_s", self.hift, timings):
+            wave = self._wave(mel, generator)[0].float().cpu().numpy()
+        return wave, len(tokens)
+
+    @torch.inference_mode()
+    def speak_stream(self, text_ids: list[int], state: dict[str, np.ndarray], generator: torch.Generator,
+                     hift_generator: torch.Generator | None = None, hop_tokens: int = STREAM_HOP_TOKENS,
+                     **limits: Any) -> Iterator[np.ndarray]:
+        """One chunk as audio pieces while the LM is still generating (time to first audio ~ hop_tokens steps).
+
+        Each piece re-runs the (full-context, offline) flow on every token so far and vocodes the mel frames
+        not yet sent, minus the last pre_lookahead_len tokens' frames (they change when the next tokens
+        arrive), with HIFT_CONTEXT_FRAMES of left context. Not the reference's chunk-causal streaming: the
+        pieces join to about, not exactly, `speak`'s waveform (the flow of a prefix differs a little from
+        the flow of the whole). HiFT draws from `hift_generator` so that the LM's tokens are the same as
+        `speak`'s for the same `generator`. Not with offload."""
+        if self.offload:
+            raise ValueError("speak_stream keeps every network on the device; create the runtime without offload")
+        x = self._inputs(text_ids, state)
+        hift_generator = hift_generator or torch.Generator().manual_seed(0)
+        lookahead = self.models.flow.cfg.pre_lookahead_len
+        tokens: list[int] = []
+        sent = 0  # mel frames already vocoded
+
+        def piece(final: bool) -> np.ndarray:
+            nonlocal sent
+            mel = self._mel(tokens, x)
+            end = mel.shape[2] if final else 2 * (len(tokens) - lookahead)
+            start = max(0, sent - HIFT_CONTEXT_FRAMES)
+            wave = self._wave(mel[:, :, start:end], hift_generator)[0]
+            samples = wave.shape[0] // (end - start)  # samples per mel frame (480)
+            out = wave[(sent - start) * samples:].float().cpu().numpy()
+            sent = end
+            return out
+
+        for token in self._tokens(x, generator, **limits):
+            tokens.append(token)
+            if 2 * (len(tokens) - lookahead) - sent >= 2 * hop_tokens:
+                yield piece(False)
+        if tokens and 2 * len(tokens) > sent:
+            yield piece(True)
 
 
 class CosyVoice2Engine:
@@ -121,9 +271,13 @@ class CosyVoice2Engine:
     sample_rate = SAMPLE_RATE
     description = f"CosyVoice 2 zero-shot voice cloning ({LICENSE}); needs the user's {RELEASE_NAME} folder."
 
-    def __init__(self, folder: str | Path | None = None, device: str = "cpu") -> None:
+    def __init__(self, folder: str | Path | None = None, device: str = "cpu", fast: bool | None = None) -> None:
+        """fast: the FastPath speed-ups (CUDA only); None = on when DIGITAL_HUMAN_COSYVOICE_FAST=1."""
         self.folder = Path(folder) if folder else default_folder()
         self.device = device
+        if fast is None:
+            fast = os.environ.get(FAST_ENV, "") == "1"
+        self.fast = bool(fast) and torch.device(device).type == "cuda"
         self._runtime: CosyVoice2Runtime | None = None
 
     def check_files(self) -> None:
@@ -135,7 +289,7 @@ class CosyVoice2Engine:
 
     def runtime(self) -> CosyVoice2Runtime:
         if self._runtime is None:
-            self._runtime = CosyVoice2Runtime(self.folder, self.device)
+            self._runtime = CosyVoice2Runtime(self.folder, self.device, FastPath() if self.fast else None)
         return self._runtime
 
     def prepare_speaker(self, prepared: Any, transcript: str = "", speaker: Any = None, **_: Any) -> Any:
@@ -179,5 +333,5 @@ class CosyVoice2Engine:
         if not np.any(waveform):
             raise ValueError("CosyVoice 2 produced no speech for this text")
         return SpeechResult(waveform=waveform.astype(np.float32), sample_rate=SAMPLE_RATE, backend=f"torch ({self.device})",
-                            precision="fp32", voice=f"{speaker.name or 'speaker'} (CosyVoice 2 zero-shot)",
+                            precision="fp32+fp16 (fast path)" if self.fast else "fp32", voice=f"{speaker.name or 'speaker'} (CosyVoice 2 zero-shot)",
                             chunks=len(pieces), timings={"synthesis": time.perf_counter() - start})

@@ -72,8 +72,8 @@ class RelPosSelfAttention(nn.Module):
         content = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))
         by_pos = torch.matmul((q + self.pos_bias_v).transpose(1, 2), p.transpose(-2, -1))  # [B,H,T,2T-1]
         # Column T-1-i+j of row i holds relative position i-j: pick it directly (exact, no arithmetic).
-        rows = torch.arange(t).unsqueeze(1)
-        cols = (t - 1) - rows + torch.arange(t).unsqueeze(0)
+        rows = torch.arange(t, device=x.device).unsqueeze(1)  # on x's device: no host copy per call on a GPU
+        cols = (t - 1) - rows + torch.arange(t, device=x.device).unsqueeze(0)
         by_pos = by_pos[:, :, rows, cols]
         attn = torch.softmax((content + by_pos) / math.sqrt(self.d_k), dim=-1)
         out = torch.matmul(attn, v).transpose(1, 2).contiguous().view(b, t, self.h * self.d_k)
@@ -293,7 +293,8 @@ class Estimator(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, mu: torch.Tensor, t: torch.Tensor,
                 spks: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        temb = self.time_mlp(timestep_sinusoids(t, self.in_channels).to(t.dtype))
+        # sinusoids of t * 1000 in float32 even for a half-precision estimator (fp16 has 0.5 steps at 1000)
+        temb = self.time_mlp(timestep_sinusoids(t.float(), self.in_channels).to(x.dtype))
         h = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
         resnet, blocks, down = self.down_blocks[0]
         h = self._transformers(blocks, resnet(h, mask, temb), mask)
@@ -324,23 +325,95 @@ class CFMDecoder(nn.Module):
         frames = mu.shape[2]
         if frames > NOISE_FRAMES:
             raise ValueError(f"{frames} mel frames exceed the decoder's {NOISE_FRAMES}; synthesize shorter text")
-        x = self.noise[:, :, :frames].to(mu)
-        grid = torch.linspace(0, 1, steps + 1, device=mu.device, dtype=mu.dtype)
-        grid = 1 - torch.cos(grid * 0.5 * torch.pi)
-        t, dt = grid[0].unsqueeze(0), grid[1] - grid[0]
-        zeros = torch.zeros_like
-        mu2 = torch.cat([mu, zeros(mu)])
-        spks2 = torch.cat([spks, zeros(spks)])
-        cond2 = torch.cat([cond, zeros(cond)])
-        mask2 = torch.cat([mask, mask])
-        for step in range(1, len(grid)):
-            v = self.estimator(torch.cat([x, x]), mask2, mu2, t.expand(2), spks2, cond2)
-            v_cond, v_free = v[:1], v[1:]
-            x = x + dt * ((1.0 + self.cfg_rate) * v_cond - self.cfg_rate * v_free)
-            t = t + dt
-            if step < len(grid) - 1:
-                dt = grid[step + 1] - t
-        return x.float()
+        return solve_ode(self.estimator, self.noise[:, :, :frames].to(mu), mu, mask, spks, cond, steps, self.cfg_rate)
+
+
+def solve_ode(estimator: Estimator, x: torch.Tensor, mu: torch.Tensor, mask: torch.Tensor, spks: torch.Tensor,
+              cond: torch.Tensor, steps: int, cfg_rate: float) -> torch.Tensor:
+    """Euler steps on the cosine grid with classifier-free guidance; x (the noise) stays float32.
+
+    The estimator runs in its own weights' dtype (inputs cast to it, velocities back to float32), so the
+    FP32 reference path and a half-precision copy share this code."""
+    dtype = next(estimator.parameters()).dtype
+    grid = torch.linspace(0, 1, steps + 1, device=mu.device, dtype=mu.dtype)
+    grid = 1 - torch.cos(grid * 0.5 * torch.pi)
+    t, dt = grid[0].unsqueeze(0), grid[1] - grid[0]
+    zeros = torch.zeros_like
+    mu2 = torch.cat([mu, zeros(mu)]).to(dtype)
+    spks2 = torch.cat([spks, zeros(spks)]).to(dtype)
+    cond2 = torch.cat([cond, zeros(cond)]).to(dtype)
+    mask2 = torch.cat([mask, mask]).to(dtype)
+    for step in range(1, len(grid)):
+        v = estimator(torch.cat([x, x]).to(dtype), mask2, mu2, t.expand(2), spks2, cond2).float()
+        v_cond, v_free = v[:1], v[1:]
+        x = x + dt * ((1.0 + cfg_rate) * v_cond - cfg_rate * v_free)
+        t = t + dt
+        if step < len(grid) - 1:
+            dt = grid[step + 1] - t
+    return x.float()
+
+
+class FastCFM:
+    """The decoder's ODE solve with a half-precision estimator copy, padded lengths and CUDA graphs.
+
+    Why: the estimator is ~2,000 small kernels per solve (10 steps x 14 U-Net stages), launch-bound in
+    eager mode. Lengths are padded up to a multiple of `bucket` frames with mask 0 (the estimator's mask
+    makes padded frames invisible to valid ones: causal convolutions look left, attention ignores masked
+    keys), so one captured graph serves every length in a bucket; graphs are kept per padded length
+    (at most `max_graphs`, least recently used dropped). Off CUDA it runs the padded solve eagerly.
+    """
+
+    def __init__(self, decoder: CFMDecoder, dtype: torch.dtype = torch.float16, bucket: int = 64,
+                 cuda_graph: bool | None = None, max_graphs: int = 8) -> None:
+        import copy
+
+        self.estimator = copy.deepcopy(decoder.estimator).to(dtype)
+        self.noise, self.cfg_rate, self.bucket = decoder.noise, decoder.cfg_rate, int(bucket)
+        device = next(self.estimator.parameters()).device
+        self.use_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
+        self.max_graphs = max_graphs
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], torch.Tensor]] = {}
+
+    def _graph(self, padded: int, steps: int, inputs: dict[str, torch.Tensor]):
+        key = (padded, steps)
+        if key in self.graphs:
+            entry = self.graphs.pop(key)
+            self.graphs[key] = entry  # most recently used last
+            return entry
+        static = {k: v.clone() for k, v in inputs.items()}
+        run = lambda: solve_ode(self.estimator, static["x"], static["mu"], static["mask"], static["spks"],  # noqa: E731
+                                static["cond"], steps, self.cfg_rate)
+        stream = torch.cuda.Stream(static["x"].device)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            run()  # warm-up outside capture (cuDNN/cuBLAS plans)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = run()
+        while len(self.graphs) >= self.max_graphs:
+            self.graphs.pop(next(iter(self.graphs)))
+        self.graphs[key] = (graph, static, out)
+        return self.graphs[key]
+
+    def __call__(self, mu: torch.Tensor, mask: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor,
+                 steps: int = 10) -> torch.Tensor:
+        frames = mu.shape[2]
+        padded = -(-frames // self.bucket) * self.bucket
+        if padded > NOISE_FRAMES:
+            raise ValueError(f"{frames} mel frames exceed the decoder's {NOISE_FRAMES}; synthesize shorter text")
+        pad = lambda y: F.pad(y, (0, padded - frames))  # noqa: E731
+        inputs = {"x": self.noise[:, :, :padded].to(mu), "mu": pad(mu), "mask": pad(mask), "spks": spks,
+                  "cond": pad(cond)}
+        if not self.use_graph:
+            out = solve_ode(self.estimator, inputs["x"], inputs["mu"], inputs["mask"], inputs["spks"],
+                            inputs["cond"], steps, self.cfg_rate)
+            return out[:, :, :frames]
+        graph, static, out = self._graph(padded, steps, inputs)
+        for name, value in inputs.items():
+            static[name].copy_(value)
+        graph.replay()
+        return out[:, :, :frames].clone()
 
 
 @dataclass(frozen=True)
@@ -380,8 +453,10 @@ class CausalFlow(nn.Module):
 
     @torch.inference_mode()
     def inference(self, token: torch.Tensor, prompt_token: torch.Tensor, prompt_feat: torch.Tensor,
-                  embedding: torch.Tensor) -> torch.Tensor:
-        """token/prompt_token [1, N] ints, prompt_feat [1, 2*Np, 80], embedding [1, 192] -> mel [1, 80, 2N]."""
+                  embedding: torch.Tensor, solver: FastCFM | None = None) -> torch.Tensor:
+        """token/prompt_token [1, N] ints, prompt_feat [1, 2*Np, 80], embedding [1, 192] -> mel [1, 80, 2N].
+
+        solver: a FastCFM of this flow's decoder (half precision, CUDA graphs); None = the FP32 reference."""
         spks = self.spk_embed_affine_layer(F.normalize(embedding.float(), dim=1))
         tokens = torch.cat([prompt_token, token], dim=1).long()
         h = self.encoder(self.input_embedding(torch.clamp(tokens, min=0)))
@@ -390,5 +465,5 @@ class CausalFlow(nn.Module):
         cond = torch.zeros(1, h.shape[1], MEL_BINS, dtype=h.dtype, device=h.device)
         cond[:, :prompt_frames] = prompt_feat
         mask = torch.ones(1, 1, h.shape[1], dtype=h.dtype, device=h.device)
-        mel = self.decoder(mu, mask, spks, cond.transpose(1, 2), steps=self.cfg.timesteps)
+        mel = (solver or self.decoder)(mu, mask, spks, cond.transpose(1, 2), steps=self.cfg.timesteps)
         return mel[:, :, prompt_frames:]

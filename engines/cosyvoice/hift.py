@@ -160,7 +160,7 @@ class HiFT(nn.Module):
             for j in range(1, kernels):
                 xs += self.resblocks[i * kernels + j](x)
             x = xs / kernels
-        x = self.conv_post(F.leaky_relu(x))
+        x = self.conv_post(F.leaky_relu(x)).float()  # the iSTFT head in float32 (no-op on the FP32 path)
         half = cfg.n_fft // 2 + 1
         magnitude = torch.clip(torch.exp(x[:, :half, :]), max=1e2)
         phase = torch.sin(x[:, half:, :])
@@ -169,12 +169,34 @@ class HiFT(nn.Module):
         return torch.clamp(wave, -cfg.audio_limit, cfg.audio_limit)
 
     @torch.inference_mode()
-    def inference(self, mel: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """mel [1, 80, T] -> waveform [1, T * 480]. `generator` drives the source's random phases/noise."""
+    def inference(self, mel: torch.Tensor, generator: torch.Generator | None = None,
+                  half: bool = False) -> torch.Tensor:
+        """mel [1, 80, T] -> waveform [1, T * 480]. `generator` drives the source's random phases/noise.
+
+        half (CUDA only): the upsampler's convolutions under FP16 autocast. F0 and the sine source stay
+        float32: their phase is integrated over the whole utterance, where FP16 rounding would drift."""
         f0 = self.f0_predictor(mel)
         f0_audio = F.interpolate(f0[:, None], scale_factor=float(self.upsample_total), mode="nearest").transpose(1, 2)
         source = self.m_source(f0_audio, generator).transpose(1, 2)
-        return self._decode(mel, source)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=half and mel.device.type == "cuda"):
+            return self._decode(mel, source)
+
+
+def without_weight_norm(hift: HiFT) -> HiFT:
+    """A copy of `hift` with every weight-norm parametrization folded into a plain weight.
+
+    Why: a parametrized convolution recomputes g * v / |v| on every call (~70 extra kernels per
+    utterance); the folded weight is the same value computed once."""
+    from torch.nn.utils import parametrize
+
+    # a fresh module loaded from the state dict (deepcopy of parametrized modules shares their state)
+    folded = HiFT(hift.cfg).to(next(hift.parameters()).device)
+    folded.load_state_dict(hift.state_dict())
+    folded.eval()
+    for module in folded.modules():
+        if parametrize.is_parametrized(module, "weight"):
+            parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+    return folded
 
 
 def canonical_hift_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

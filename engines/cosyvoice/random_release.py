@@ -96,3 +96,38 @@ def write_support_files(folder: Path, qwen_config: dict, speech_vocab: int = 100
     torch.save({}, folder / "spk2info.pt")
     campplus_stand_in(folder / "campplus.onnx")
     speech_tokenizer_stand_in(folder / "speech_tokenizer_v2.onnx", speech_vocab)
+
+
+def write_random_release(folder: Path, yaml_text: str, qwen_config: dict, seed: int = 1234) -> Path:
+    """A complete random-weight release folder for a cosyvoice2.yaml text and Qwen2 config (any size).
+
+    The key -> shape manifest comes from this pack's own modules, built on the meta device (no memory,
+    no initialisation), so no reference checkout is needed; weights are random_weights.seeded_state_dict
+    (the same values the reference-side tool writes for the same names). For speed measurements and
+    plumbing only: random weights say nothing about speech quality.
+    """
+    import torch
+
+    from .flow import CausalFlow
+    from .hift import HiFT
+    from .lm import SpeechLM, qwen2_from_config
+    from .random_weights import seeded_state_dict
+    from .release import configs_from_yaml, read_config
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cosyvoice2.yaml").write_text(yaml_text)
+    lm_cfg, flow_cfg, hift_cfg = configs_from_yaml(read_config(folder / "cosyvoice2.yaml"))
+    write_support_files(folder, qwen_config, speech_vocab=flow_cfg.vocab_size)
+    builders = {"llm": lambda: SpeechLM(qwen2_from_config(folder / "CosyVoice-BlankEN"), **lm_cfg),
+                "flow": lambda: CausalFlow(flow_cfg), "hift": lambda: HiFT(hift_cfg)}
+    for name, build in builders.items():
+        try:
+            with torch.device("meta"):
+                module = build()
+        except RuntimeError:  # a module that draws CPU tensors at construction: build it for real
+            module = build()
+        shapes = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+        del module
+        torch.save(seeded_state_dict(shapes, seed), folder / f"{name}.pt")
+    return folder

@@ -1,0 +1,143 @@
+"""CosyVoice 2 fast-path pieces on the CPU (reduced configuration, weights rebuilt from the fixture's seed).
+
+The CUDA graphs themselves need a GPU (benchmarks/gpu_cosyvoice.py); what runs here is the same code
+uncaptured: the static-KV-cache decode step against transformers' eager decode, the padded (bucketed)
+flow solve against the unpadded reference solve, the folded-weight-norm HiFT against the parametrized one,
+and the runtime's fast and streaming paths end to end.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="CosyVoice 2 needs the optional extra: pip install .[cosyvoice]")
+
+from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath  # noqa: E402
+from digital_human.engines.cosyvoice.flow import FastCFM  # noqa: E402
+from digital_human.engines.cosyvoice.hift import without_weight_norm  # noqa: E402
+from digital_human.engines.cosyvoice.lm import StaticDecoder  # noqa: E402
+from digital_human.engines.cosyvoice.parity import write_release_from_fixture  # noqa: E402
+from digital_human.engines.cosyvoice.random_release import write_random_release  # noqa: E402
+from digital_human.engines.cosyvoice.release import load_models  # noqa: E402
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cosyvoice" / "reduced.npz"
+
+
+@pytest.fixture(scope="module")
+def data():
+    return dict(np.load(FIXTURE, allow_pickle=False))
+
+
+@pytest.fixture(scope="module")
+def folder(data, tmp_path_factory) -> Path:
+    return write_release_from_fixture(data, tmp_path_factory.mktemp("cvfast") / "CosyVoice2-0.5B")
+
+
+@pytest.fixture(scope="module")
+def models(folder):
+    torch.set_num_threads(2)
+    return load_models(folder)
+
+
+def _lm_inputs(data):
+    return tuple(torch.from_numpy(data[k]) for k in ("in_lm_text", "in_lm_prompt_text", "in_lm_prompt_speech"))
+
+
+def test_static_decoder_matches_eager_decode(models, data):
+    args = _lm_inputs(data)
+    eager = list(models.lm.generate(*args, generator=torch.Generator().manual_seed(2024)))
+    decoder = StaticDecoder(models.lm, capacity=128)
+    fast = list(models.lm.generate(*args, generator=torch.Generator().manual_seed(2024), decoder=decoder))
+    assert fast == eager == data["out_lm_tokens"].tolist()  # and both equal the reference code's tokens
+    with torch.inference_mode():  # teacher-forced log-probabilities, step by step
+        ref = models.lm.logits_trace(*args, eager)
+        rows = [decoder.prefill(models.lm.prompt_embeddings(*args))] + [decoder.step(t) for t in eager]
+    assert torch.stack(rows).shape == ref.shape
+    assert float((torch.stack(rows) - ref).abs().max()) < 1e-4
+
+
+def test_static_decoder_too_short_falls_back_to_eager(models, data):
+    args = _lm_inputs(data)
+    decoder = StaticDecoder(models.lm, capacity=16)  # prompt alone is longer: generate must not use it
+    assert not decoder.fits(17)
+    tokens = list(models.lm.generate(*args, generator=torch.Generator().manual_seed(2024), decoder=decoder))
+    assert tokens == data["out_lm_tokens"].tolist()
+
+
+def test_forced_token_count(models, data):
+    """max_tokens caps the length; min_tokens only bans the end-of-speech token, so the two other stop
+    tokens can still end a call early (here at step 3 of the reduced 100-token vocabulary)."""
+    args = _lm_inputs(data)
+    draw = lambda **k: list(models.lm.generate(*args, generator=torch.Generator().manual_seed(5), **k))  # noqa: E731
+    assert draw(min_tokens=2, max_tokens=2) == [60, 68]
+    assert draw(min_tokens=40, max_tokens=40) == [60, 68, 3]
+
+
+@pytest.mark.parametrize("bucket", [7, 64])
+def test_padded_flow_solve_equals_reference(models, data, bucket):
+    inputs = [torch.from_numpy(data[k]) for k in ("in_flow_token", "in_flow_prompt_token", "in_flow_prompt_feat",
+                                                   "in_flow_embedding")]
+    ref = models.flow.inference(*inputs)
+    solver = FastCFM(models.flow.decoder, torch.float32, bucket=bucket)
+    assert (ref.shape[2] + 2 * inputs[1].shape[1]) % bucket  # the padding is really used
+    out = models.flow.inference(*inputs, solver=solver)
+    assert out.shape == ref.shape
+    assert float((out - ref).abs().max()) < 1e-4
+    half = models.flow.inference(*inputs, solver=FastCFM(models.flow.decoder, torch.bfloat16, bucket=bucket))
+    assert float((half - ref).abs().max()) < 0.05 * float(ref.abs().max())  # bf16 on CPU: close, not equal
+
+
+def test_folded_hift_equals_weight_normed(models, data):
+    mel = torch.from_numpy(data["out_flow_mel"])
+    ref = models.hift.inference(mel, generator=torch.Generator().manual_seed(99))
+    folded = without_weight_norm(models.hift)
+    assert not any("parametrizations" in k for k in folded.state_dict())
+    out = folded.inference(mel, generator=torch.Generator().manual_seed(99))
+    assert float((out - ref).abs().max()) < 1e-5
+    # the original keeps its parametrization and still runs
+    assert any("parametrizations" in k for k in models.hift.state_dict())
+    assert torch.equal(models.hift.inference(mel, generator=torch.Generator().manual_seed(99)), ref)
+
+
+def _state(runtime: CosyVoice2Runtime) -> dict[str, np.ndarray]:
+    t = np.arange(24000 * 2) / 24000
+    wave = (0.3 * np.sin(2 * np.pi * 150 * t) + 0.01 * np.random.default_rng(1).standard_normal(t.size)).astype(np.float32)
+    return runtime.speaker_state(wave, 24000, "hello there")
+
+
+def test_runtime_fast_path_and_stream_on_cpu(folder):
+    eager = CosyVoice2Runtime(folder, "cpu")
+    # FP32 everywhere so that the CPU comparison is exact up to rounding (the GPU default is FP16 flow)
+    fast = CosyVoice2Runtime(folder, "cpu", fast=FastPath(lm_compile=False, flow_half=False))
+    state = _state(eager)
+    ids = eager.text_ids("Hi there.")
+    timings: dict[str, float] = {}
+    a, n_a = eager.speak(ids, state, torch.Generator().manual_seed(10), min_tokens=30, max_tokens=30)
+    b, n_b = fast.speak(ids, state, torch.Generator().manual_seed(10), timings=timings, min_tokens=30, max_tokens=30)
+    assert n_a == n_b == 30 and a.shape == b.shape and a.size == n_a * 960, n_a
+    assert float(np.abs(a - b).max()) < 1e-3
+    assert set(timings) == {"lm_s", "flow_s", "hift_s"}
+    pieces = list(fast.speak_stream(ids, state, torch.Generator().manual_seed(10), hop_tokens=10,
+                                    min_tokens=30, max_tokens=30))
+    assert len(pieces) == 3  # 30 tokens, 3 held back for the lookahead: 10 + 10 + the rest
+    assert sum(p.size for p in pieces) == b.size  # every frame sent exactly once
+    assert all(np.all(np.isfinite(p)) and p.size % 480 == 0 for p in pieces)
+
+
+def test_random_release_manifest_matches_reference_manifest(data, tmp_path):
+    """write_random_release builds its manifest from this pack's modules; the fixture's came from the
+    reference code: the same keys, shapes and seeded values."""
+    meta = json.loads(str(data["meta"][()]))
+    folder = write_random_release(tmp_path / "rel", meta["yaml"], meta["qwen_config"], seed=meta["seeds"]["weights"])
+    from digital_human.engines.cosyvoice.random_weights import seeded_state_dict
+
+    for name, shapes in meta["manifest"].items():
+        mine = torch.load(folder / f"{name}.pt", weights_only=True)
+        ref = seeded_state_dict({k: tuple(s) for k, s in shapes.items()}, meta["seeds"]["weights"])
+        assert set(mine) == set(ref)
+        assert all(torch.equal(mine[k], ref[k]) for k in ref)
+    load_models(folder)
