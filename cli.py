@@ -246,17 +246,20 @@ def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: 
 
 def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                     backend: str, max_seconds: float, smooth: float,
-                    max_side: int | None = None, face_index: int = 0) -> tuple[Any, float, dict[str, Any]]:
-    """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth)."""
+                    max_side: int | None = None, face_index: int = 0,
+                    phones: Any = None) -> tuple[Any, float, dict[str, Any]]:
+    """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth).
+    phones: the TTS's phone timings, carried on the AUDIO as TRT_TTS carries them."""
     from .audio import to_comfy_audio
+    from .audio.phone_channel import with_phones
     from .nodes.image_convert import image_to_uint8
     from .nodes.talking_head_nodes import TRT_TalkingHead
     from .nodes.video_nodes import TemporalSmooth
 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
                                                 _seconds(wave, rate), face_index)
-    out = timer.run("talking_head", TRT_TalkingHead().animate, faces, to_comfy_audio(wave, rate), model=model,
-                    fps=fps, backend=backend)
+    out = timer.run("talking_head", TRT_TalkingHead().animate, faces, with_phones(to_comfy_audio(wave, rate), phones),
+                    model=model, fps=fps, backend=backend)
     images, track, head_report = out["result"]
     if smooth > 0:
         images, _ = timer.run("smooth", TemporalSmooth().smooth, images, strength=smooth, fps=fps, faces=track)
@@ -274,7 +277,8 @@ def _head_backend(model: str, backend: str) -> str:
 
 def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                       backend: str, max_seconds: float, smooth: float, out: Path,
-                      max_side: int | None = None, face_index: int = 0) -> tuple[Any, float, dict[str, Any]]:
+                      max_side: int | None = None, face_index: int = 0,
+                      phones: Any = None) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
@@ -285,7 +289,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
                                                 _seconds(wave, rate), face_index)
     # crops are generated chunk by chunk while the video is encoded: memory stays flat in the length
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, model, fps, backend=backend,
-                    streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
+                    streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS, phones=phones)
     bar = _progress_bar("video", len(gen))
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth,
                        progress=bar)
@@ -296,14 +300,17 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
                              **_size_report(faces.frames, None)}
 
 
-def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: int) -> tuple[Any, float, dict[str, Any]]:
+def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: int,
+                phones: Any = None) -> tuple[Any, float, dict[str, Any]]:
     """The talking-head part of `animate` and `run`: the headless path, or the ComfyUI node chain
-    (TRT_TalkingHead -> TemporalSmooth -> VideoMux) exactly as a workflow runs it (--render nodes)."""
+    (TRT_TalkingHead -> TemporalSmooth -> VideoMux) exactly as a workflow runs it (--render nodes).
+    phones: the speech's phone timings when the TTS made it (`run`), else None."""
     if args.render == "headless":
         return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
-                                 args.max_seconds, args.smooth, Path(args.out), args.max_side, args.face_index)
+                                 args.max_seconds, args.smooth, Path(args.out), args.max_side, args.face_index,
+                                 phones)
     frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
-                                           args.max_seconds, args.smooth, args.max_side, args.face_index)
+                                           args.max_seconds, args.smooth, args.max_side, args.face_index, phones)
     return _mux_to(timer, frames, wave, rate, fps, Path(args.out)), fps, reports
 
 
@@ -359,7 +366,9 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         speaker, embed_report = _speaker_from_clip(timer, args)
     speech = timer.run("tts", TRT_TTS()._synthesize, text, speaker, language=args.language, speed=args.speed,
                        strength=1.0, base_voice="auto", backend=args.backend, precision="auto")
-    report, fps, reports = _animate_to(timer, args, speech.waveform, speech.sample_rate)
+    # the TTS's own phone timings time the mouth's visemes (None from engines that cannot say)
+    report, fps, reports = _animate_to(timer, args, speech.waveform, speech.sample_rate,
+                                       getattr(speech, "phones", None))
     total = sum(timer.seconds.values())
     return {"outputs": [str(report.path)], "backend": {"tts": speech.backend, "speaker": embed_report["backend"],
                                                        "talking_head": reports["head_backend"]},

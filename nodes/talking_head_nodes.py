@@ -18,6 +18,19 @@ log = logging.getLogger("digital_human")
 CATEGORY = "DigitalHuman"
 BACKENDS = ["auto", "tensorrt", "torch", "onnxruntime"]
 PRECISIONS = ["auto", "fp16", "fp32"]
+VISEME_MODES = ["auto", "off"]
+VISEMES_TOOLTIP = ("auto: when the speech comes from TRT_TTS it carries its phone timings, and portrait shapes the "
+                   "mouth by them (lips meet on p/b/m, round on o/u/w); other audio is read as before. "
+                   "off: loudness and spectrum only.")
+
+
+def _phones(audio: Any, visemes: str) -> Any:
+    """The AUDIO's phone timings (TRT_TTS's side channel) unless switched off; None for other audio."""
+    from ..audio.phone_channel import phones_from_audio
+
+    if visemes not in VISEME_MODES:
+        raise ValueError(f"visemes must be one of {VISEME_MODES}, got {visemes!r}")
+    return phones_from_audio(audio) if visemes == "auto" else None
 
 
 def _model_choices() -> list[str]:
@@ -58,7 +71,8 @@ class TRT_TalkingHead:
                                  "tooltip": "Both models are deterministic; change to force a re-run."}),
             },
             "optional": {"avatar": ("DH_AVATAR", {"tooltip": "A clone model straight from TrainAvatar / "
-                                                             "LoadAvatar; overrides `model`."})},
+                                                             "LoadAvatar; overrides `model`."}),
+                         "visemes": (VISEME_MODES, {"default": "auto", "tooltip": VISEMES_TOOLTIP})},
         }
 
     RETURN_TYPES = ("IMAGE", "DH_FACES", "STRING")
@@ -78,7 +92,7 @@ class TRT_TalkingHead:
     def animate(self, faces: Any, audio: dict, model: str = "portrait", fps: float = 25.0,
                 loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
                 max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
-                avatar: Any = None):
+                avatar: Any = None, visemes: str = "auto"):
         from ..audio import from_comfy_audio
         from ..talking_head.driver import paste_generated, phase_progress
         from ..talking_head.registry import generate_crops
@@ -94,7 +108,8 @@ class TRT_TalkingHead:
 
         _check_output_memory(faces, wave, rate, fps)
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
-                              backend, precision, avatar, phase_progress(report_progress, 0), interrupted)
+                              backend, precision, avatar, phase_progress(report_progress, 0), interrupted,
+                              phones=_phones(audio, visemes))
         result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TRT_TalkingHead: %s", warning)
@@ -158,7 +173,7 @@ class TalkingHeadVideo:
                loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
                max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
                smooth_strength: float = 0.5, format: str = "mp4", crf: int = 18,
-               filename_prefix: str = "digital_human/clone", avatar: Any = None):
+               filename_prefix: str = "digital_human/clone", avatar: Any = None, visemes: str = "auto"):
         from ..audio import from_comfy_audio
         from ..talking_head.registry import generate_crops
         from ..talking_head.render_video import render_talking_video
@@ -174,7 +189,8 @@ class TalkingHeadVideo:
         path, subfolder = next_output_path(filename_prefix, format)  # a bad prefix fails before any work
         # crops are made chunk by chunk while the video is encoded: memory does not grow with the length
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
-                              backend, precision, avatar, None, interrupted, streaming=True)
+                              backend, precision, avatar, None, interrupted, streaming=True,
+                              phones=_phones(audio, visemes))
         result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro",
                                       smooth_strength=smooth_strength, fmt=format, crf=crf,
                                       progress=report_progress(0, 100), should_stop=interrupted)

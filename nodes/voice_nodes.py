@@ -265,12 +265,15 @@ class TRT_TTS:
               imitation_strength: float = 1.0, base_voice: str = "auto", backend: str = "auto",
               precision: str = "auto", speaker: Any = None, engine: str = "kokoro"):
         from ..audio import to_comfy_audio
+        from ..audio.phone_channel import with_phones
 
         result = self._synthesize(text, speaker, language, speed, imitation_strength, base_voice, backend, precision,
                                   seed=seed, engine=engine)
         report = self._report(result)
         ui = {"audio": [_save_preview(result.waveform, result.sample_rate)], "text": [report]}
-        return {"ui": ui, "result": (to_comfy_audio(result.waveform, result.sample_rate), report)}
+        # the TTS's phone timings ride along (audio/phone_channel.py): the talking head times its visemes by them
+        speech = with_phones(to_comfy_audio(result.waveform, result.sample_rate), getattr(result, "phones", None))
+        return {"ui": ui, "result": (speech, report)}
 
     def synthesize_to_file(self, text: str, speaker: Any, out_path: Path, language: str = "auto",
                            speed: float = 1.0, seed: int = 0, backend: str = "auto",

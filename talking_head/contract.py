@@ -36,3 +36,6 @@ class TalkingHeadModel:
     # every missing file / avatar and where it goes; called before any work starts (CLI, node validation)
     problem: Callable[[str], str | None] = _always_ready
     per_avatar: bool = False       # picked as `<name>:<avatar>`; menus list one entry per avatar
+    # generate() also takes `phones=` (phone, start_s, end_s) timings of the speech (visemes.py), passed
+    # when known (the TTS's side channel); models without it never see the keyword
+    reads_phones: bool = False

@@ -57,11 +57,14 @@ def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loo
                    batch_size: int = 0, strength: float = 1.0, max_audio_seconds: float = 600.0,
                    backend: str = "auto", precision: str = "auto", avatar: Any = None,
                    progress: Callable[[int, int], None] | None = None,
-                   should_stop: Callable[[], bool] | None = None, streaming: bool = False) -> GeneratedCrops:
+                   should_stop: Callable[[], bool] | None = None, streaming: bool = False,
+                   phones: Any = None) -> GeneratedCrops:
     """The model's crops for every output frame. A given `avatar` (DH_AVATAR) overrides `model`.
     streaming: crops are made on demand while the video is rendered (bounded memory); progress then
-    reports nothing here (the renderer reports)."""
+    reports nothing here (the renderer reports). phones: the speech's phone timings, or None; given
+    only to models that read them (TalkingHeadModel.reads_phones)."""
     entry, avatar = resolve(model, avatar)
+    extra = {"phones": phones} if phones and entry.reads_phones else {}
     return entry.generate(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, strength=strength,
                           max_audio_seconds=max_audio_seconds, backend=backend, precision=precision, avatar=avatar,
-                          progress=progress, should_stop=should_stop, streaming=streaming)
+                          progress=progress, should_stop=should_stop, streaming=streaming, **extra)

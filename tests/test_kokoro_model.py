@@ -170,7 +170,7 @@ def test_model_spec_profiles(assets):
     spec = synth.kokoro_model_spec("int8")
     assert spec.onnx_path == synth.int8_control_graph()
     assert spec.profiles["tokens"].min == (1, 3) and spec.profiles["tokens"].max == (1, 512)
-    assert spec.io_names() == (("tokens", "style", "speed", "f0_scale"), ("audio",))
+    assert spec.io_names() == (("tokens", "style", "speed", "f0_scale"), ("audio", "durations"))
     with pytest.raises(ValueError, match="int8"):
         synth.kokoro_model_spec("fp8")
 

@@ -28,17 +28,18 @@ def test_torch_port_matches_onnxruntime():
     path = graph_rewrite.float_graph()
     ids = synth.tokens_from_phonemes(PHONEMES, a.vocab)
     style = synth.style_for(a.voices["jm_kumo"], len(ids))
-    ref = synth.synthesize(ids, style, 1.0, synth.ort_cpu_runner(path))
+    ref, ref_durations = synth.synthesize_timed(ids, style, 1.0, synth.ort_cpu_runner(path))
 
     module = torch_module_from_onnx(path)
 
     def run(feeds):
         with torch.inference_mode():
             out = module(*(torch.from_numpy(feeds[k]) for k in synth.INPUT_NAMES))
-        return {"audio": (out[0] if isinstance(out, (tuple, list)) else out).numpy()}
+        return dict(zip(synth.OUTPUT_NAMES, (o.numpy() for o in out)))  # graph order, as TorchRunner zips them
 
-    got = synth.synthesize(ids, style, 1.0, run)
+    got, durations = synth.synthesize_timed(ids, style, 1.0, run)
     assert len(got) == len(ref)  # same predicted durations (exercises the LSTM gate reordering)
+    np.testing.assert_array_equal(durations, ref_durations)  # ... and the exposed durations output agrees
     mel = lambda y: np.log(librosa.feature.melspectrogram(y=y, sr=24000, n_fft=1024, hop_length=256) + 1e-5)  # noqa: E731
     dist = float(np.abs(mel(got) - mel(ref)).mean())
     assert dist < 0.3, dist  # measured 0.07 nats on a longer sentence

@@ -14,11 +14,13 @@ import numpy as np
 
 from ..engines import loader
 from ..engines.kokoro.assets import kokoro_assets
-from ..engines.kokoro.synth import kokoro_model_spec, style_for, synthesize
+from ..engines.kokoro.controls import AUDIO_LEAD_S, DURATION_HOP
+from ..engines.kokoro.synth import kokoro_model_spec, style_for, synthesize_timed
 from ..text import phonemize
 from ..text.tokens import tokenize
 from .formant import formant_shift, synthesis_controls
 from .imitation import apply_offset
+from .phone_timing import PhoneTime, token_phones
 from .spectral_match import apply_eq
 from .speaker import SpeakerProfile
 
@@ -44,6 +46,9 @@ class SpeechResult:
     chunks: int
     timings: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # (phone, start_s, end_s) of the speech in `waveform`, from the TTS's own durations (gaps are
+    # silence); None when the engine cannot say (then the talking head reads the audio alone)
+    phones: list[PhoneTime] | None = None
 
     @property
     def audio_seconds(self) -> float:
@@ -118,6 +123,8 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
     # fallback reasons at debug level, so they do not repeat in every status line.
     warnings: list[str] = []
     pieces: list[np.ndarray] = []
+    phones: list[PhoneTime] | None = []
+    offset = 0  # samples of output so far: where the next chunk's phones start
     start = time.perf_counter()
     for index, chunk in enumerate(chunks):
         if chunk.unknown:
@@ -125,12 +132,23 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
         dropped: list[str] = []
         ids = tokenize(chunk.phonemes, vocab, dropped=dropped)
         if ids:
-            wave = synthesize(ids, style_for(pack, len(ids)), kokoro_speed, runner, f0_scale=kokoro_f0)
+            wave, durations = synthesize_timed(ids, style_for(pack, len(ids)), kokoro_speed, runner,
+                                               f0_scale=kokoro_f0)
+            raw_len = len(wave)
             wave = formant_shift(wave, SAMPLE_RATE, formant)
+            if phones is not None and durations is not None and raw_len:
+                kept = [c for c in chunk.phonemes if c in vocab]  # what tokenize() fed, in order
+                # the formant shift resamples: every time in the chunk stretches by the length ratio
+                phones += token_phones(kept, durations, DURATION_HOP / SAMPLE_RATE, offset / SAMPLE_RATE,
+                                       len(wave) / raw_len, AUDIO_LEAD_S / kokoro_speed)
+            else:
+                phones = None  # a runner without the durations output: no partial timings
             if eq is not None:  # per chunk, before the fades, so the filter never rings into a pause
                 wave = apply_eq(wave, SAMPLE_RATE, eq)
             pieces.append(_fade(wave))
+            offset += len(wave)
         pieces.append(np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32))
+        offset += len(pieces[-1])
         if progress:
             progress(index + 1, len(chunks))
     timings["synthesis"] = time.perf_counter() - start
@@ -142,7 +160,7 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
         waveform = waveform * (0.99 / peak)
     return SpeechResult(waveform=waveform.astype(np.float32), sample_rate=SAMPLE_RATE, backend=runner.backend,
                         precision=runner.precision, voice=voice.label, chunks=len(chunks), timings=timings,
-                        warnings=list(dict.fromkeys(warnings)))
+                        warnings=list(dict.fromkeys(warnings)), phones=phones)
 
 
 def _fade(wave: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from ...atomic_file import atomic_path
 
 CONTRIB_DOMAIN = "com.microsoft"
 TARGET_OPSET = 20  # the source graph's default-domain opset; LayerNormalization needs >= 17
-REWRITE_VERSION = "4"  # bump when the rewrite changes so cached float graphs are rebuilt
+REWRITE_VERSION = "6"  # 6: + durations output (controls.py); bump when the rewrite changes so cached float graphs are rebuilt
 
 
 class GraphRewriteError(RuntimeError):
@@ -434,10 +434,10 @@ def build_float_graph(int8_path: Path, out_path: Path, source_sha256: str) -> Pa
     key = f"{source_sha256} rewrite-v{REWRITE_VERSION}"
     if out_path.is_file() and _key_path(out_path).is_file() and _key_path(out_path).read_text().strip() == key:
         return out_path
-    from .controls import add_pitch_control
+    from .controls import add_controls
 
     model, _ = to_float_model(onnx.load(str(int8_path)))
-    add_pitch_control(model)
+    add_controls(model)
     with atomic_path(out_path) as tmp:
         onnx.save(model, str(tmp))  # ~330 MB of float32 weights: still under protobuf's 2 GB limit
     _key_path(out_path).write_text(key + "\n")

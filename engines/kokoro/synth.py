@@ -1,8 +1,10 @@
 """Kokoro-82M inference: phoneme token ids + style vector + speed -> 24 kHz waveform.
 
 The graph's inputs (read from kokoro-v1.0.int8.onnx): `tokens` int64 [1, N+2], `style` float32
-[1, 256], `speed` float32 [1]; output `audio` float32 [T]. The text frontend turns text into a
-phoneme string; `tokens_from_phonemes` maps it through Kokoro's vocabulary.
+[1, 256], `speed` float32 [1]; output `audio` float32 [T]. The pack's graphs (controls.py) add the
+input `f0_scale` [1] and the output `durations` float32 [1, N+2] (frames of DURATION_HOP samples per
+token, pads included). The text frontend turns text into a phoneme string; `tokens_from_phonemes`
+maps it through Kokoro's vocabulary.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from ..spec import ModelSpec, TensorProfile
 MAX_PHONEME_TOKENS = 510  # Kokoro's context is 512 positions, two of them the 0 pads
 STYLE_DIM = 256
 INPUT_NAMES = ("tokens", "style", "speed", "f0_scale")
-OUTPUT_NAMES = ("audio",)
+OUTPUT_NAMES = ("audio", "durations")
 
 RunFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 
@@ -124,9 +126,21 @@ def model_inputs(token_ids: list[int], style: np.ndarray, speed: float, f0_scale
 def synthesize(token_ids: list[int], style: np.ndarray, speed: float, run_fn: RunFn,
                f0_scale: float = 1.0) -> np.ndarray:
     """Float32 mono waveform at 24 kHz. `run_fn` is a loader runner (or any feeds -> outputs callable)."""
+    return synthesize_timed(token_ids, style, speed, run_fn, f0_scale)[0]
+
+
+def synthesize_timed(token_ids: list[int], style: np.ndarray, speed: float, run_fn: RunFn,
+                     f0_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray | None]:
+    """(waveform, durations): durations float32 [N+2], frames of DURATION_HOP samples per token in
+    the order the graph saw them: the leading pad (the silence before speech), the N token ids, the
+    trailing pad. None when the graph has no durations output (the shipped graph)."""
     out = run_fn(model_inputs(token_ids, style, speed, f0_scale))
     audio = out["audio"] if isinstance(out, Mapping) else out[0]
-    return np.asarray(audio, dtype=np.float32).reshape(-1)
+    wave = np.asarray(audio, dtype=np.float32).reshape(-1)
+    dur = out.get("durations") if isinstance(out, Mapping) else (out[1] if len(out) > 1 else None)
+    if dur is None:
+        return wave, None
+    return wave, np.asarray(dur, dtype=np.float32).reshape(-1)
 
 
 def ort_cpu_runner(onnx_path, threads: int = 2) -> RunFn:

@@ -6,15 +6,16 @@ from ..contract import TalkingHeadModel
 
 
 def _generate(faces, wave, rate, fps, *, loop_mode, batch_size, strength, max_audio_seconds, backend, precision,
-              avatar, progress, should_stop, streaming):
+              avatar, progress, should_stop, streaming, phones=None):
     from .animate import portrait_crops
 
     return portrait_crops(faces, wave, rate, fps, loop_mode=loop_mode, strength=strength,
                           max_audio_seconds=max_audio_seconds, batch_size=batch_size, progress=progress,
-                          should_stop=should_stop, streaming=streaming)
+                          should_stop=should_stop, streaming=streaming, phones=phones)
 
 
 MODEL = TalkingHeadModel(
     name="portrait", summary="zero-shot on any photo or video, no weights (warped lips and a drawn mouth)",
-    needs="", speech_features="loudness and spectral shape per frame (speech_drive.py)",
-    crop_size="the aligned crop (FaceAlign's crop_size)", generate=_generate)
+    needs="", speech_features="loudness and spectral shape per frame (speech_drive.py); with phone timings "
+    "(TTS side channel) viseme shapes scaled by loudness (viseme_drive.py)",
+    crop_size="the aligned crop (FaceAlign's crop_size)", generate=_generate, reads_phones=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from ..driver import (
     validate_track,
 )
 from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, render_mouth
-from .speech_drive import mouth_params
+from .speech_drive import MouthParams, mouth_params
 
 MODEL_NAME = "portrait"
 # The mask grows past the jaw line (fraction of mouth->silhouette distance) so a dropped chin and
@@ -102,10 +102,13 @@ class _PortraitRenderer:
 def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
                    loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
                    batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
-                   should_stop: Callable[[], bool] | None = None, streaming: bool = False) -> GeneratedCrops:
+                   should_stop: Callable[[], bool] | None = None, streaming: bool = False,
+                   phones: Sequence[Any] | None = None) -> GeneratedCrops:
     """The re-posed crop of every output frame (no paste-back yet); arguments as animate_portrait.
     streaming: return at once with crops made on demand (GeneratedCrops.render), for the headless
-    video path, whose memory must not grow with the length."""
+    video path, whose memory must not grow with the length.
+    phones: (phone, start_s, end_s[, confidence]) timings of the speech (TTS or aligner): the mouth
+    then takes viseme shapes (viseme_drive.py); None keeps the audio-only drive, frame for frame."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     validate_track(track)
@@ -116,14 +119,15 @@ def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     fps = float(fps) if fps and fps > 0 else float(track.fps)
     n_out = output_frame_count(len(wave) / float(sample_rate), fps)
     idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
-    params = mouth_params(wave, int(sample_rate), fps, n_out).scaled(strength)
+    params = _drive(wave, int(sample_rate), fps, n_out, phones).scaled(strength)
     timings["drive"] = time.perf_counter() - t0
 
     warnings = reference_warnings(track, idx, n_out, fps, loop_mode,
                                   "; their mouths follow the interpolated position")
     renderer = _PortraitRenderer(track, idx, params)
+    backend = _backend_name() + ("; visemes from phone timings" if phones else "")
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
-                         backend=_backend_name(), timings=timings, warnings=warnings, render=renderer.render,
+                         backend=backend, timings=timings, warnings=warnings, render=renderer.render,
                          mask_of=renderer.mask)
     if streaming:
         return gen
@@ -133,20 +137,32 @@ def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     return replace(gen, timings=timings)
 
 
+def _drive(wave: np.ndarray, rate: int, fps: float, n_out: int, phones: Sequence[Any] | None) -> MouthParams:
+    """Audio-only mouth parameters, or (with phone timings) those blended with the viseme track."""
+    params = mouth_params(wave, rate, fps, n_out)
+    if not phones:
+        return params
+    from ..visemes import viseme_track
+    from .viseme_drive import blend
+
+    return blend(params, viseme_track(phones, fps, n_out))
+
+
 def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
                      loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
                      batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
-                     should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
+                     should_stop: Callable[[], bool] | None = None,
+                     phones: Sequence[Any] | None = None) -> TalkingHeadResult:
     """Animate `track` (DH_FACES) with `audio` (mono float32 [T], or [C, T] / [B, C, T]).
 
     fps: output frame rate (None/0 = the track's own). Output frames = ceil(audio seconds x fps).
     loop_mode: how a video reference covers audio longer than itself ("loop", "ping-pong", "hold").
     strength: mouth-motion amplitude (1 = default). batch_size: frames per progress step (0 = 64).
     progress(done, total) after each batch, over rendering then paste-back; should_stop() -> True
-    aborts with InterruptedError."""
+    aborts with InterruptedError. phones: the speech's phone timings (see portrait_crops)."""
     gen = portrait_crops(track, audio, sample_rate, fps, loop_mode=loop_mode, max_audio_seconds=max_audio_seconds,
                          strength=strength, batch_size=batch_size, progress=phase_progress(progress, 0),
-                         should_stop=should_stop)
+                         should_stop=should_stop, phones=phones)
     return paste_generated(gen, resolve_batch_size(batch_size), phase_progress(progress, 1), should_stop)
 
 
