@@ -74,9 +74,10 @@ class FastPath:
 
 
 def default_folder() -> Path:
-    from ...paths import model_dir
+    from ...paths import models_root
 
-    return model_dir("cosyvoice") / RELEASE_NAME
+    # not model_dir(): that creates the folder, and validating a prompt must not change the models folder
+    return models_root() / "cosyvoice" / RELEASE_NAME
 
 
 def _resample(wave: np.ndarray, sr: int, target: int) -> np.ndarray:
