@@ -18,6 +18,7 @@ import numpy as np
 from ..visemes import SILENCE, VisemeTrack
 from .speech_drive import MouthParams
 
+OPEN_GAIN = 1.6       # viseme openings x this before the energy scaling: on dev clip 01a MLD 0.0247 at 1.0, 0.0237 at 1.3, 0.0228 at 1.6 (RESULTS.md)
 LOUD_PERCENTILE = 90  # the clip's "loud speech" opening, from frames the visemes call speech
 ENERGY_FLOOR = 0.45   # share of a viseme's opening kept however quiet the frame (a whisper still shapes)
 ENERGY_CEIL = 1.25    # louder than the clip's loud speech opens at most this much wider
@@ -40,7 +41,7 @@ def blend(energy: MouthParams, track: VisemeTrack) -> MouthParams:
     if len(energy) != len(track):
         raise ValueError(f"{len(track)} viseme frames for {len(energy)} mouth frames")
     c = np.clip(track.confidence, 0.0, 1.0)
-    gain = energy_gain(energy, track)
+    gain = energy_gain(energy, track) * OPEN_GAIN
 
     def mix(viseme_value: np.ndarray, audio_value: np.ndarray) -> np.ndarray:
         return c * viseme_value + (1.0 - c) * audio_value

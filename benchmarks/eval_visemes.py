@@ -1,0 +1,113 @@
+"""`portrait` with and without viseme timing on the held-out clip talk_en_male_01b (issue 17).
+
+Same protocol as eval_talking_head.py's portrait row: 01b's own frames are driven by 01b's own audio
+and compared with the real 01b frames (face mesh run again on both). 01b is a real recording, so its
+phone timings come from the offline aligner (audio/phone_align.py, pocketsphinx; no transcript is
+shipped with the clip, so it runs its phone loop unless --text is given). Rows:
+  today     - portrait from loudness and spectral shape only (no phones),
+  visemes   - portrait with the aligner's phones (viseme targets blended with the energy drive).
+Printed per row: mouth-landmark distance (MLD, / inter-ocular distance) to the real frames, lag and
+correlation of the mouth opening with the speech envelope, and the bilabial closure fraction: on
+frames whose time lies inside an aligned P/B/M, the share where the inner-lip gap (mesh) is below
+GAP_MEET x inter-ocular distance, next to the real 01b's share on the same frames. The aligner's cost
+is reported per second of audio. Caveat: the P/B/M frames come from the same aligner that drives the
+viseme row, so a wrong label counts for that row; the phone loop's labels agree with a forced
+alignment on only 55-63 % of speech frames (phone_align.py).
+
+  python benchmarks/eval_visemes.py [--seconds 0] [--cache /tmp/dh_talking_head_eval] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bootstrap import import_pack  # noqa: E402
+
+GAP_MEETS = (0.02, 0.03)  # inner-lip gap / iod below which the lips count as meeting (two thresholds)
+BILABIALS = frozenset({"P", "B", "M"})
+
+
+def bilabial_frames(phones, fps: float, n: int) -> np.ndarray:
+    t = np.arange(n) / fps
+    inside = np.zeros(n, bool)
+    for p in phones:
+        if p.label in BILABIALS:
+            inside |= (t >= p.start) & (t < p.end)
+    return inside
+
+
+def closure_fractions(opening: np.ndarray, frames: np.ndarray) -> dict[str, float]:
+    if not frames.any():
+        return {f"closed_{g}": float("nan") for g in GAP_MEETS}
+    return {f"closed_{g}": float(np.mean(opening[frames] < g)) for g in GAP_MEETS}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=os.environ.get("DIGITAL_HUMAN_DATA",
+                                                     str(Path(__file__).resolve().parents[2] / "shared" / "data")))
+    ap.add_argument("--cache", default="/tmp/dh_talking_head_eval", help="aligned tracks are cached here")
+    ap.add_argument("--seconds", type=float, default=0.0, help="first N seconds of 01b (0 = all)")
+    ap.add_argument("--text", default=None, help="transcript of 01b for forced alignment (default: phone loop)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    import_pack()
+    from eval_talking_head import lip_scores, load_clip
+
+    from digital_human.audio.phone_align import align_phones
+    from digital_human.talking_head.driver import output_frame_count, schedule_track
+    from digital_human.talking_head.portrait.animate import animate_portrait
+    from digital_human.vision.lipsync_metrics import mouth_opening, remeasure_landmarks
+
+    track, wave, sr = load_clip("b", Path(args.data), Path(args.cache))
+    fps = track.fps
+    n = len(track) if not args.seconds else min(len(track), int(args.seconds * fps))
+    n = min(n, output_frame_count(len(wave) / sr, fps))
+    track = schedule_track(track, np.arange(n))
+    wave = wave[: int(round(n / fps * sr))]
+
+    t0 = time.perf_counter()
+    alignment = align_phones(wave, sr, text=args.text)
+    align_s = time.perf_counter() - t0
+    print(f"aligner: {alignment.method}, confidence {alignment.confidence:.2f}, {len(alignment.phones)} phones, "
+          f"{align_s / (len(wave) / sr):.3f} s per s of audio {alignment.reason}")
+    phones = [(p.label, p.start, p.end, alignment.confidence) for p in alignment.phones]
+    inside = bilabial_frames(alignment.phones, fps, n)
+
+    real_lms = remeasure_landmarks(track.frames, track.landmarks)
+    real_open = mouth_opening(real_lms)
+    rows: dict[str, dict] = {"real 01b": {**closure_fractions(real_open, inside),
+                                          "opening_median": float(np.median(real_open))}}
+    for name, ph in (("today", None), ("visemes", phones)):
+        t0 = time.perf_counter()
+        res = animate_portrait(track, wave, sr, fps, phones=ph)
+        seconds = time.perf_counter() - t0
+        lms = remeasure_landmarks(res.frames[:n], track.landmarks)
+        opening = mouth_opening(lms)
+        rows[name] = {**lip_scores(lms, real_lms, wave, sr, fps), **closure_fractions(opening, inside),
+                      "opening_median": float(np.median(opening)), "animate_s": seconds,
+                      "drive_s": res.timings.get("drive", float("nan"))}
+    print(f"\n01b: {n} frames ({n / fps:.1f} s), {int(inside.sum())} frames inside an aligned P/B/M")
+    head = f"{'row':<10}{'MLD':>8}{'lag ms':>8}{'corr':>7}" + "".join(f"{'closed<' + str(g):>12}" for g in GAP_MEETS)
+    print(head + f"{'open med':>10}{'animate s':>11}")
+    for name, r in rows.items():
+        mld = f"{r['mld']:8.4f}{r['lag_ms']:8.1f}{r['corr']:7.3f}" if "mld" in r else " " * 23
+        closed = "".join(f"{r[f'closed_{g}']:12.2f}" for g in GAP_MEETS)
+        print(f"{name:<10}{mld}{closed}{r['opening_median']:10.3f}{r.get('animate_s', float('nan')):11.1f}")
+    if args.json:
+        report = {"frames": n, "fps": fps, "bilabial_frames": int(inside.sum()),
+                  "aligner": {"method": alignment.method, "confidence": alignment.confidence,
+                              "seconds_per_audio_second": align_s / (len(wave) / sr), "reason": alignment.reason},
+                  "rows": rows}
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
