@@ -12,7 +12,10 @@ Per setting (each in a fresh runtime, loaded once): one warm-up call (graph capt
 (reset before each call; models included). Streaming: time from the call to the first audio piece of
 speak_stream (25-token hops), median of --repeats after a warm-up. Parity of the fast path on the same
 weights: sampled tokens vs eager (same seed), LM log-probabilities under teacher forcing, flow mel and HiFT
-waveform on the same inputs.
+waveform on the same inputs. Per setting also: whether two calls with the same seed draw the same tokens, and for
+the CUDA-graphed LM step where its time goes (lm_step_profile: replay time by CUDA events, kernel count and
+kernel time by torch.profiler). "fast" draws its tokens on the GPU (other draws than eager for a seed);
+"fast_host_sampler" keeps the host sampler (the eager path's tokens).
 
   python benchmarks/gpu_cosyvoice.py --device cuda --out benchmarks/results/gpu_cosyvoice_h200.json
   nice -n 10 python benchmarks/gpu_cosyvoice.py --device cpu --tokens 50 --repeats 1 --settings eager_fp32 \
@@ -73,7 +76,9 @@ def run_setting(name: str, folder: Path, device: str, args, state: dict, text_id
     from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath
 
     fast = {"eager_fp32": None, "eager_fp32_offload": None, "fast": FastPath(),
+            "fast_host_sampler": FastPath(lm_device_sampling=False),
             "fast_nocompile": FastPath(lm_compile=False), "fast_lm_bf16": FastPath(lm_bf16=True),
+            "fast_lm_bf16_host_sampler": FastPath(lm_bf16=True, lm_device_sampling=False),
             "fast_hift_fp16": FastPath(hift_half=True)}[name]
     dev = torch.device(device)
     cuda = dev.type == "cuda"
@@ -99,15 +104,24 @@ def run_setting(name: str, folder: Path, device: str, args, state: dict, text_id
         rows.append(row)
         print(f"  {name} {'warm-up' if i == 0 else 'run'}: {json.dumps({k: round(v, 4) for k, v in row.items()})}",
               flush=True)
-    # the tokens of one seeded call (for the token comparison between settings)
-    gen = torch.Generator().manual_seed(SEED)
+    # the tokens of two seeded calls (the token comparison between settings; determinism)
     x = rt._inputs(text_ids, state)
-    with torch.inference_mode(), rt._stage("lm_s", rt.models.lm, None):
-        tokens_seen = list(rt._tokens(x, gen, **limits))
+    seqs = []
+    for _ in range(2):
+        gen = torch.Generator().manual_seed(SEED)
+        with torch.inference_mode(), rt._stage("lm_s", rt.models.lm, None):
+            seqs.append(list(rt._tokens(x, gen, **limits)))
+    tokens_seen = seqs[0]
     timed = rows[1:]
     result = {"setting": name, "load_s": load_s, "warmup": rows[0], "runs": timed,
               "rtf": pct([r["rtf"] for r in timed]), "wall_s": pct([r["wall_s"] for r in timed]),
-              "audio_s": timed[0]["audio_s"], "tokens": timed[0]["tokens"]}
+              "audio_s": timed[0]["audio_s"], "tokens": timed[0]["tokens"],
+              "same_seed_same_tokens": seqs[0] == seqs[1],
+              "lm_ms_per_token": 1000 * statistics.median(r["lm_s"] for r in timed) / timed[0]["tokens"]}
+    if fast is not None:
+        dec = rt._decoder
+        result["lm_device_sampling"] = fast.lm_device_sampling
+        result["sampler_compiled"] = bool(dec is not None and dec.draw_compiled)
     for stage in ("lm_s", "flow_s", "hift_s"):
         result[stage] = pct([r[stage] for r in timed])
     if cuda:
@@ -126,6 +140,12 @@ def run_setting(name: str, folder: Path, device: str, args, state: dict, text_id
         result["ttfa_warmup_s"] = ttfa[0]
         result["first_piece_s"] = first.size / 24000
         print(f"  {name} time to first audio: {result['ttfa_s']}", flush=True)
+    if fast is not None and cuda and not rt.offload:
+        try:
+            result["lm_step_profile"] = lm_step_profile(rt, text_ids, state)
+            print(f"  {name} LM step: {json.dumps(result['lm_step_profile'])[:600]}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - the profile is extra: keep the setting's numbers
+            result["lm_step_profile"] = {"error": repr(exc)}
     if name == "fast":
         result["parity"] = parity(rt, text_ids, state, limits)
     del rt
@@ -133,6 +153,56 @@ def run_setting(name: str, folder: Path, device: str, args, state: dict, text_id
     if cuda:
         torch.cuda.empty_cache()
     return result, tokens_seen
+
+
+def lm_step_profile(rt, text_ids: list[int], state: dict, steps: int = 200, profiled: int = 20) -> dict:
+    """Where an LM step's time goes: the captured step replayed back to back (CUDA events: the GPU's time
+    per step, its in-graph gaps included), and torch.profiler's kernel records of `profiled` replays: kernels
+    per step, the sum of their durations (the rest of the step's time is gaps between kernels) and the
+    largest kernels by name."""
+    import torch
+    from collections import defaultdict
+
+    dec = rt._lm_decoder()
+    if dec is None or dec.graph is None:
+        return {}
+    lm = rt.models.lm
+    x = rt._inputs(text_ids, state)
+    with torch.inference_mode():
+        emb = lm.prompt_embeddings(x["text"], x["prompt_text"], x["lm_prompt"])
+        if dec.sampling is not None:
+            dec.begin(emb, torch.Generator().manual_seed(SEED), 0)
+        else:
+            dec.prefill(emb)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        start.record()
+        for _ in range(steps):
+            dec.graph.replay()
+        end.record()
+        launch_s = time.perf_counter() - t0
+        end.synchronize()
+        out = {"replay_ms_per_step": start.elapsed_time(end) / steps, "host_launch_ms_per_step": 1000 * launch_s / steps,
+               "sampler_in_graph": dec.sampling is not None}
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(profiled):
+                dec.graph.replay()
+            torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    out["profiled_kernels_per_step"] = len(kernels) / profiled
+    if kernels:
+        busy = sum(e.time_range.end - e.time_range.start for e in kernels)
+        span = max(e.time_range.end for e in kernels) - min(e.time_range.start for e in kernels)
+        out["kernel_ms_per_step"] = busy / 1000 / profiled
+        out["span_ms_per_step"] = span / 1000 / profiled
+        by_name: dict[str, float] = defaultdict(float)
+        for e in kernels:
+            by_name[e.name[:90]] += (e.time_range.end - e.time_range.start) / 1000 / profiled
+        out["top_kernels_ms_per_step"] = dict(sorted(by_name.items(), key=lambda kv: -kv[1])[:10])
+    return out
 
 
 def parity(rt, text_ids: list[int], state: dict, limits: dict) -> dict:
@@ -176,7 +246,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tokens", type=int, default=250, help="speech tokens per call (25 per second)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--settings", default="eager_fp32,fast,fast_nocompile,fast_lm_bf16,eager_fp32_offload")
+    parser.add_argument("--settings", default="eager_fp32,fast,fast_host_sampler,fast_nocompile,fast_lm_bf16,"
+                        "eager_fp32_offload")
     parser.add_argument("--no-stream", dest="stream", action="store_false")
     parser.add_argument("--folder", default="/tmp/cv-bench-release")
     parser.add_argument("--out", required=True)
@@ -215,7 +286,14 @@ def main() -> None:
               "settings": {}}
     tokens = {}
     for name in args.settings.split(","):
-        report["settings"][name], tokens[name] = run_setting(name, folder, args.device, args, state, text_ids)
+        try:
+            report["settings"][name], tokens[name] = run_setting(name, folder, args.device, args, state, text_ids)
+        except Exception as exc:  # noqa: BLE001 - one broken setting must not lose the others' numbers
+            import traceback
+
+            traceback.print_exc()
+            report.setdefault("failed_settings", {})[name] = repr(exc)
+            gc.collect()
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1))  # after each setting: a later failure keeps these
     if "eager_fp32" in tokens:
@@ -228,6 +306,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"| setting | RTF median (min-max) | wall s | LM s | flow s | HiFT s | TTFA ms | peak GPU MiB | tokens != eager |")
     for name, r in report["settings"].items():
+        if "rtf" not in r:
+            continue
         ttfa = f"{1000 * r['ttfa_s']['median']:.0f}" if "ttfa_s" in r else "-"
         print(f"| {name} | {r['rtf']['median']:.4f} ({r['rtf']['min']:.4f}-{r['rtf']['max']:.4f}) | "
               f"{r['wall_s']['median']:.3f} | {r['lm_s']['median']:.3f} | {r['flow_s']['median']:.3f} | "

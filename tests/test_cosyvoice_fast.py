@@ -112,7 +112,8 @@ def _state(runtime: CosyVoice2Runtime) -> dict[str, np.ndarray]:
 def test_runtime_fast_path_and_stream_on_cpu(folder):
     eager = CosyVoice2Runtime(folder, "cpu")
     # FP32 everywhere so that the CPU comparison is exact up to rounding (the GPU default is FP16 flow)
-    fast = CosyVoice2Runtime(folder, "cpu", fast=FastPath(lm_compile=False, flow_half=False))
+    # the host sampler: the same tokens as the eager path for a seed (the device sampler draws others)
+    fast = CosyVoice2Runtime(folder, "cpu", fast=FastPath(lm_compile=False, flow_half=False, lm_device_sampling=False))
     state = _state(eager)
     ids = eager.text_ids("Hi there.")
     timings: dict[str, float] = {}
@@ -126,6 +127,15 @@ def test_runtime_fast_path_and_stream_on_cpu(folder):
     assert len(pieces) == 3  # 30 tokens, 3 held back for the lookahead: 10 + 10 + the rest
     assert sum(p.size for p in pieces) == b.size  # every frame sent exactly once
     assert all(np.all(np.isfinite(p)) and p.size % 480 == 0 for p in pieces)
+    # the default fast path draws on the device: its own tokens, the same for the same seed, streamed alike
+    # (seed 13: a call that reaches 30 tokens; the reduced vocabulary's other stop tokens end many early)
+    dev = CosyVoice2Runtime(folder, "cpu", fast=FastPath(lm_compile=False, flow_half=False))
+    c, n_c = dev.speak(ids, state, torch.Generator().manual_seed(13), min_tokens=30, max_tokens=30)
+    d, _ = dev.speak(ids, state, torch.Generator().manual_seed(13), min_tokens=30, max_tokens=30)
+    assert n_c == 30 and np.array_equal(c, d)
+    pieces = list(dev.speak_stream(ids, state, torch.Generator().manual_seed(13), hop_tokens=10,
+                                   min_tokens=30, max_tokens=30))
+    assert len(pieces) == 3 and sum(p.size for p in pieces) == c.size
 
 
 def test_random_release_manifest_matches_reference_manifest(data, tmp_path):

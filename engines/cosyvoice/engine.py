@@ -52,8 +52,8 @@ class FastPath:
     """Speed-ups over the FP32 eager reference; each can be switched off on its own.
 
     lm_graph: the LM's one-token steps on a fixed-size KV cache, one CUDA graph per step (lm.StaticDecoder).
-      Same weights and dtype as the reference: logits agree to rounding, so tokens match unless a draw
-      falls on a rounding-sized boundary.
+      Same weights and dtype as the reference: logits agree to rounding, so with the host sampler
+      (lm_device_sampling=False) tokens match unless a draw falls on a rounding-sized boundary.
     lm_bf16: the LM's weights in bfloat16 (half the weight reads per token). Changes the logits, so the
       sampled tokens differ from FP32's after the first few steps; off by default.
     lm_compile: torch.compile (inductor) of that step before it is captured: fewer, fused kernels per
@@ -62,6 +62,13 @@ class FastPath:
     flow_graph: the whole 10-step ODE solve as one CUDA graph per padded length (flow.FastCFM).
     hift_half: HiFT's upsampler convolutions under FP16 autocast (F0 and sine source in FP32). Off by
       default: on the H200 it was not faster than FP32 (TF32) convolutions. Weight norm is always folded.
+    lm_device_sampling: the top-p/top-k + repetition-aware draw as tensor ops on the device, inside the LM
+      step's CUDA graph (lm.ras_sample_tensor), with tokens read back every lm_readback steps: no host sync
+      per token. Same distribution as the reference sampler, but not the same tokens for a seed (its draws
+      come from a device generator seeded from the seed): deterministic for a seed on the same device and
+      software. Off = the host sampler, whose tokens equal the FP32 eager path's for a seed.
+    lm_readback: tokens drawn between the host's reads (each read is one sync; a stop token is seen at the
+      next read, the steps after it are discarded).
     """
 
     lm_graph: bool = True
@@ -71,6 +78,8 @@ class FastPath:
     flow_graph: bool = True
     hift_half: bool = False
     lm_capacity: int = 2560  # KV-cache slots: prompt + generated tokens; longer calls fall back to eager
+    lm_device_sampling: bool = True
+    lm_readback: int = 16
 
 
 def default_folder() -> Path:
@@ -174,7 +183,10 @@ class CosyVoice2Runtime:
         if self.fast is None or not self.fast.lm_graph:
             return None
         if self._decoder is None:
-            self._decoder = StaticDecoder(self.models.lm, self.fast.lm_capacity, compile=self.fast.lm_compile)
+            lm = self.models.lm
+            self._decoder = StaticDecoder(lm, self.fast.lm_capacity, compile=self.fast.lm_compile,
+                                          sampling=lm.sampling if self.fast.lm_device_sampling else None,
+                                          readback=self.fast.lm_readback)
         return self._decoder
 
     def _flow_solver(self) -> FastCFM | None:

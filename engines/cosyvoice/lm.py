@@ -6,6 +6,10 @@ released runtime: [sos] text [task] prompt-speech-tokens, then one token per ste
 sampled by top-p/top-k nucleus sampling with the repetition-aware rule (VALL-E 2): when the drawn
 token already occurs in the last `win_size` tokens, it is banned and a token is drawn from the full
 distribution instead. All draws use one torch.Generator, so the same seed gives the same tokens.
+
+ras_sample (the reference's rule, on the host) is what the eager path uses; ras_sample_tensor is the same rule
+as tensor ops only (no host sync), which the fast path's StaticDecoder runs on the GPU inside its CUDA graph.
+The two draw from the same distribution but not the same tokens for a seed (see ras_sample_tensor).
 """
 from __future__ import annotations
 
@@ -66,6 +70,44 @@ def ras_sample(scores: torch.Tensor, history: list[int], cfg: SamplingConfig,
         # drawn on the CPU (the generator's device), so a seed means the same on every device
         token = int(scores.softmax(dim=0).cpu().multinomial(1, replacement=True, generator=generator))
     return token
+
+
+def ras_sample_tensor(logp: torch.Tensor, window: torch.Tensor, uniforms: torch.Tensor,
+                      cfg: SamplingConfig) -> torch.Tensor:
+    """Repetition-aware nucleus sampling as tensor ops only: no .item()/.tolist(), so no host sync, and
+    capturable in a CUDA graph. Batched: logp [B, V] log-probabilities, window [B, W] the last W drawn
+    tokens (-1 = empty slot), uniforms [B, 2] in [0, 1) (one for the nucleus draw, one for the fallback).
+    Returns the drawn tokens, [B] int64.
+
+    Same rule and distribution as ras_sample: keep the most likely tokens while the running sum of the
+    ones before is below top_p (at most top_k, at least one), draw among them; if the drawn token occurs in
+    the window at least win_size * tau_r times, draw from the full distribution with it removed. The draws
+    are inverse-CDF lookups of the given uniforms instead of torch.multinomial on a CPU generator, and the
+    running sums are the device's cumsum rather than a sequential float32 loop, so for a seed the tokens
+    differ from ras_sample's (same distribution, deterministic for the same uniforms on the same device).
+    """
+    probs = logp.float().softmax(dim=-1)
+    top, order = probs.topk(cfg.top_k, dim=-1)  # descending
+    running = top.cumsum(dim=-1)
+    # token i is kept when the sum of tokens 0..i-1 is below top_p; token 0 always
+    kept = torch.cat([torch.ones_like(top[:, :1], dtype=torch.bool), running[:, :-1] < cfg.top_p], dim=-1)
+    cdf = (top * kept).cumsum(dim=-1)
+    # first index whose cdf exceeds u * total; the clamp guards u * total rounding up to the total
+    pick = (cdf <= uniforms[:, :1] * cdf[:, -1:]).sum(dim=-1, keepdim=True)
+    pick = torch.minimum(pick, kept.sum(dim=-1, keepdim=True) - 1)
+    token = order.gather(-1, pick)  # [B, 1]
+
+    repeats = (window == token).sum(dim=-1)
+    banned = repeats >= cfg.win_size * cfg.tau_r
+    # fallback: the full distribution without the drawn token (what softmax with its score at -inf gives)
+    rest = probs.scatter(-1, token, 0.0)
+    cdf_rest = rest.cumsum(dim=-1)
+    other = (cdf_rest <= uniforms[:, 1:] * cdf_rest[:, -1:]).sum(dim=-1, keepdim=True)
+    # never past the last token with probability > 0 (rounding at the top end of the cdf)
+    index = torch.arange(rest.shape[-1], device=rest.device)
+    last = torch.where(rest > 0, index, 0).amax(dim=-1, keepdim=True)
+    other = torch.minimum(other, last)
+    return torch.where(banned, other[:, 0], token[:, 0])
 
 
 class _QwenHolder(nn.Module):
@@ -152,6 +194,9 @@ class SpeechLM(nn.Module):
         embeds, history = self.prompt_embeddings(text, prompt_text, prompt_speech_token), []
         if decoder is not None and not decoder.fits(embeds.shape[1] + max_len):
             decoder = None  # longer than its cache: the eager path has no length limit
+        if decoder is not None and decoder.sampling is not None:
+            yield from self._generate_on_device(decoder, embeds, generator, min_len, max_len)
+            return
         cache = None
         for step in range(max_len):
             if decoder is None:
@@ -171,6 +216,25 @@ class SpeechLM(nn.Module):
             if decoder is None:
                 embeds = self.speech_embedding.weight[token].reshape(1, 1, -1)
 
+    def _generate_on_device(self, decoder: "StaticDecoder", embeds: torch.Tensor, generator: torch.Generator | None,
+                            min_len: int, max_len: int) -> Iterator[int]:
+        """Tokens drawn by the decoder itself (ras_sample_tensor after each step, no host sync per token); the
+        host reads them back every decoder.readback steps to look for a stop token. Steps run past a stop
+        token within a read-back block are discarded (their K/V writes land in slots no later step reads)."""
+        if max_len <= 0:
+            return
+        decoder.begin(embeds, generator, min_len)  # prefill and token 0
+        read, drawn = 0, 1
+        while read < max_len:
+            end = min(read + decoder.readback, max_len)
+            decoder.advance(end - drawn)
+            drawn = end
+            for token in decoder.drawn[read:end].tolist():  # the one sync per block
+                if token in self.stop_tokens:
+                    return
+                yield token
+            read = end
+
 
 def _cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(key, value) per layer of a transformers DynamicCache, [1, kv_heads, T, head_dim] each."""
@@ -189,16 +253,23 @@ class StaticDecoder:
     and addresses and can be captured once and replayed. The prompt (prefill) still runs through
     transformers and its cache is copied in. On a CPU the same step runs eagerly (tests compare it
     with the eager path). Weights are shared with the LM: do not move the LM while a decoder exists.
+
+    The step's input is the previous token as a device tensor (self.token; its embedding is looked up
+    inside the step). With `sampling` set, the step also draws the next token with ras_sample_tensor and
+    writes it to self.token (the next replay's input) and to self.drawn[step]: a whole generation then
+    runs without the host reading anything until it asks (generate reads every `readback` steps). The
+    draws use uniforms filled per generation from a device generator seeded by the caller's generator.
     """
 
     def __init__(self, lm: SpeechLM, capacity: int = 2560, cuda_graph: bool | None = None,
-                 compile: bool = False) -> None:
+                 compile: bool = False, sampling: SamplingConfig | None = None, readback: int = 16) -> None:
         qwen = lm.llm.model.model
         cfg = qwen.config
         if getattr(cfg, "use_sliding_window", False):
             raise ValueError("StaticDecoder does not implement Qwen2 sliding-window attention")
         weight = lm.llm_decoder.weight
         self.lm, self.qwen, self.capacity = lm, qwen, int(capacity)
+        self.sampling, self.readback = sampling, max(1, int(readback))
         self.device, self.dtype = weight.device, weight.dtype
         self.kv_heads = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -206,12 +277,24 @@ class StaticDecoder:
         self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in qwen.layers]
         self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in qwen.layers]
         self.positions = torch.arange(self.capacity, device=self.device)
-        # static inputs of the captured step: the next token's embedding and its position
+        # static inputs of the captured step: the previous token, its embedding, its position
+        self.token = torch.zeros(1, dtype=torch.long, device=self.device)
         self.embed = torch.zeros(1, 1, cfg.hidden_size, dtype=self.dtype, device=self.device)
         self.pos = torch.zeros(1, dtype=torch.long, device=self.device)
+        # sampler state (used only with `sampling`): index of the token being drawn, the min-length rule,
+        # the RAS window (-1 = empty), one pair of uniforms per drawn token, the drawn tokens
+        vocab = weight.shape[0]
+        self.step_index = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.min_len = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.window = torch.full((sampling.win_size if sampling else 1,), -1, dtype=torch.long, device=self.device)
+        self.uniforms = torch.zeros(self.capacity, 2, dtype=torch.float32, device=self.device)
+        self.drawn = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
+        self.end_of_speech = torch.arange(vocab, device=self.device) == lm.speech_token_size
         self.graph: torch.cuda.CUDAGraph | None = None
         self.out: torch.Tensor | None = None
         self._fn = self._forward
+        self._draw_fn = self._draw
+        self.draw_compiled = False
         if compile:
             # Why: even replayed from a graph, ~40 small kernels per layer cost ~2-3 us each on the GPU;
             # inductor fuses the norms, rotary and residual adds. Compiled here (first call), captured below.
@@ -222,13 +305,36 @@ class StaticDecoder:
                 self._fn = fn
             except Exception as exc:  # noqa: BLE001 - any compiler failure: keep the uncompiled step
                 log.warning("CosyVoice 2 LM step: torch.compile failed (%s); using the uncompiled step", exc)
-            self.pos.zero_()
+            if sampling is not None:
+                # the sampler is ~40 tiny kernels uncompiled; fused it is a handful
+                try:
+                    draw = torch.compile(self._draw, dynamic=False)
+                    draw(torch.zeros(vocab, dtype=torch.float32, device=self.device))
+                    self._draw_fn, self.draw_compiled = draw, True
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("CosyVoice 2 sampler: torch.compile failed (%s); using the uncompiled sampler", exc)
+            self._reset()
         use_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
         if use_graph:
-            self._capture()
+            try:
+                self._capture()
+            except Exception as exc:  # noqa: BLE001 - a compiled sampler that cannot be captured: retry without
+                if not self.draw_compiled:
+                    raise
+                log.warning("CosyVoice 2 sampler: capture of the compiled sampler failed (%s); using the "
+                            "uncompiled sampler", exc)
+                self._draw_fn, self.draw_compiled = self._draw, False
+                torch.cuda.synchronize(self.device)
+                self._capture()
 
     def fits(self, length: int) -> bool:
         return length <= self.capacity
+
+    def _reset(self) -> None:
+        self.pos.zero_()
+        self.token.zero_()
+        self.step_index.zero_()
+        self.window.fill_(-1)
 
     def _forward(self) -> torch.Tensor:
         """Log-probabilities for the token at self.pos (its embedding in self.embed); writes its K/V."""
@@ -255,6 +361,28 @@ class StaticDecoder:
         self.pos.add_(1)  # inside the graph: the next replay writes the next slot
         return logits.float().log_softmax(dim=-1)[0, 0]
 
+    def _draw(self, logp: torch.Tensor) -> None:
+        """Draw the token after `logp` into self.token / self.drawn / the window; advance step_index."""
+        assert self.sampling is not None
+        # clamped: teacher-forced steps (step()) may replay the graph past the capacity of the buffers
+        i = self.step_index.clamp(max=self.capacity - 1)
+        # the min-length rule: no end-of-speech token before min_len tokens (as generate's eager loop)
+        logp = torch.where(self.end_of_speech & (self.step_index < self.min_len), -float("inf"), logp)
+        token = ras_sample_tensor(logp.view(1, -1), self.window.view(1, -1), self.uniforms.index_select(0, i),
+                                  self.sampling)
+        self.window.index_copy_(0, self.step_index % self.window.shape[0], token)
+        self.drawn.index_copy_(0, i, token)
+        self.token.copy_(token)
+        self.step_index.add_(1)
+
+    def _graph_step(self) -> torch.Tensor:
+        """One step from self.token: embedding lookup, forward, and (with sampling) the draw."""
+        self.embed.copy_(self.lm.speech_embedding.weight.index_select(0, self.token).view(1, 1, -1))
+        logp = self._fn()
+        if self.sampling is not None:
+            self._draw_fn(logp)
+        return logp
+
     def _capture(self) -> None:
         # Warm-up on a side stream (lazy cuBLAS/SDPA init must not happen during capture), then capture.
         # These runs write garbage K/V at positions 0..3; prefill overwrites them before any real step.
@@ -262,14 +390,14 @@ class StaticDecoder:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(3):
-                self.pos.zero_()
-                self._fn()
+                self._reset()
+                self._graph_step()
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        self.pos.zero_()
+        self._reset()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.out = self._fn()
-        self.pos.zero_()
+            self.out = self._graph_step()
+        self._reset()
 
     def prefill(self, embeds: torch.Tensor) -> torch.Tensor:
         """Run the prompt through transformers (as the eager path does), keep its K/V; log-probs of step 0."""
@@ -283,8 +411,30 @@ class StaticDecoder:
 
     def step(self, token: int) -> torch.Tensor:
         """Feed back `token`; log-probabilities of the next one (a copy: callers may edit it)."""
-        self.embed.copy_(self.lm.speech_embedding.weight[token].view(1, 1, -1))
+        self.token.fill_(int(token))
         if self.graph is None:
-            return self._fn().clone()
+            return self._graph_step().clone()
         self.graph.replay()
         return self.out.clone()
+
+    def begin(self, embeds: torch.Tensor, generator: torch.Generator | None, min_len: int) -> None:
+        """Prefill, reset the sampler, draw token 0 (into self.drawn[0] and self.token). With sampling only."""
+        if self.sampling is None:
+            raise ValueError("begin() draws on the device: build the decoder with sampling=SamplingConfig()")
+        logp = self.prefill(embeds)
+        # The device generator's seed comes from the caller's generator (one draw from it), so the same seed
+        # gives the same uniforms, hence the same tokens on the same device and software.
+        seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
+        self.uniforms.uniform_(generator=torch.Generator(self.device).manual_seed(seed))
+        self.step_index.zero_()
+        self.window.fill_(-1)
+        self.min_len.fill_(int(min_len))
+        self._draw_fn(logp)
+
+    def advance(self, steps: int) -> None:
+        """Run `steps` decode steps from self.token, each drawing the next token (no host sync)."""
+        for _ in range(steps):
+            if self.graph is None:
+                self._graph_step()
+            else:
+                self.graph.replay()

@@ -61,3 +61,29 @@ def compare(data: Any, folder: Path) -> dict[str, float]:
         "hift_wave_ref_absmax": float(np.abs(data["out_hift_wave"]).max()),
         "prompt_mel_max_abs": float(np.abs(feat.numpy() - data["out_prompt_mel"]).max()),
     }
+
+
+def ras_distribution(logp: Any, window: list[int], cfg: Any) -> np.ndarray:
+    """Exact probabilities of lm.ras_sample's draw for 1-D log-probabilities `logp` and history `window`
+    (float64), for checking samplers by their frequencies: the nucleus cut as ras_sample makes it
+    (sequential float32 sum), each kept token drawn in proportion to its probability, and a drawn token
+    repeated in the window replaced by a draw from the full distribution without it."""
+    probs = logp.detach().float().softmax(dim=0).double().cpu().numpy()
+    order = np.argsort(-probs, kind="stable")
+    kept, total = [], np.float32(0.0)
+    for token in order[: cfg.top_k]:
+        if kept and not total < np.float32(cfg.top_p):
+            break
+        total = np.float32(total + np.float32(probs[token]))
+        kept.append(int(token))
+    nucleus = probs[kept] / probs[kept].sum()
+    recent = window[-cfg.win_size:]
+    out = np.zeros_like(probs)
+    for token, q in zip(kept, nucleus):
+        if recent.count(token) >= cfg.win_size * cfg.tau_r:
+            rest = probs.copy()
+            rest[token] = 0.0
+            out += q * rest / rest.sum()
+        else:
+            out[token] += q
+    return out
