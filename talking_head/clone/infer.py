@@ -14,27 +14,13 @@ from typing import Callable
 
 import numpy as np
 
-from ...engines.clone_model import (
-    GeneratorConfig,
-    batch_for_free_memory,
-    crops_to_regions,
-    generator_spec,
-    regions_into_crops,
-)
+from ...engines.clone_model import (GeneratorConfig, batch_for_free_memory, crops_to_regions, generator_spec,
+                                    regions_into_crops)
 from ...vision.faces import CropLandmarks, FaceTrack
 from ...vision.paste import lower_face_mask
 from ..audio_features import windows_for_frames
-from ..driver import (
-    GeneratedCrops,
-    TalkingHeadResult,
-    frame_schedule,
-    output_frame_count,
-    paste_generated,
-    phase_progress,
-    reference_warnings,
-    validate_audio,
-    validate_track,
-)
+from ..driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
+                      phase_progress, reference_warnings, validate_audio, validate_track)
 from .avatar_store import AvatarInfo, load_avatar
 from .train import crops_at_size
 

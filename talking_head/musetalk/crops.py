@@ -27,14 +27,8 @@ import numpy as np
 from ...engines.musetalk.files import LICENCE_NOTE
 from ...vision.faces import CropLandmarks
 from ...vision.paste import lower_face_mask
-from ..driver import (
-    GeneratedCrops,
-    frame_schedule,
-    output_frame_count,
-    reference_warnings,
-    validate_audio,
-    validate_track,
-)
+from ..driver import (GeneratedCrops, frame_schedule, output_frame_count, reference_warnings, validate_audio,
+                      validate_track)
 from .blend import EXTRA_MARGIN, blend_mask, crop_face, parsing_face_mask, resize_to_box, square_box
 from .geometry import musetalk_box
 

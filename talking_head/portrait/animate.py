@@ -17,17 +17,8 @@ from ...parallel import for_each_frame
 from ...vision import align as _align
 from ...vision.faces import CropLandmarks, apply_affines, invert_affines
 from ...vision.paste import lower_face_mask
-from ..driver import (
-    GeneratedCrops,
-    TalkingHeadResult,
-    frame_schedule,
-    output_frame_count,
-    paste_generated,
-    phase_progress,
-    reference_warnings,
-    validate_audio,
-    validate_track,
-)
+from ..driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
+                      phase_progress, reference_warnings, validate_audio, validate_track)
 from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, render_mouth
 from .speech_drive import MouthParams, mouth_params
 

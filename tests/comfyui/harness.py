@@ -9,6 +9,7 @@ and other custom nodes are never touched or loaded.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 PACK_ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = PACK_ROOT / "workflows"
@@ -93,6 +94,27 @@ def prepare_base_dir(base: Path, comfy_dir: Path, models_dir: Path | None = None
     if not models.exists():
         models.symlink_to(models_dir or (comfy_dir / "models"), target_is_directory=True)
     return base
+
+
+@contextlib.contextmanager
+def server_with_user_files(comfy_dir: Path, models_root: Path, scratch: Callable[[str], Path], folder: str,
+                           write: Callable[[Path], Any], python: str | None = None) -> Iterator["ComfyServer"]:
+    """A second ComfyUI whose models folder is the setup's (linked entry by entry, the voice cache included)
+    plus `write(root)`'s user files under `folder` (a release laid out like the real one, random weights).
+    scratch: makes a fresh temporary folder from a name (pytest's tmp_path_factory.mktemp)."""
+    root = scratch(f"{folder}-models")
+    for entry in models_root.iterdir():
+        if entry.name != folder:
+            (root / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    write(root)
+    base = prepare_base_dir(scratch(f"comfy-base-{folder}"), comfy_dir)
+    server = ComfyServer(comfy_dir, base, python=python or os.environ.get("COMFYUI_PYTHON", sys.executable),
+                         log_path=ARTIFACTS / f"comfyui-server-{folder}.log", env={"DIGITAL_HUMAN_MODELS": str(root)})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @dataclass

@@ -9,15 +9,13 @@ checked and strictly loaded, prompt features, the speaker state in DH_SPEAKER, L
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from harness import (ARTIFACTS, PACK_ROOT, WORKFLOWS, ComfyClient, ComfyError, ComfyServer, load_api_workflow,
-                     node_errors_text, prepare_base_dir)
+                     node_errors_text, server_with_user_files)
 
 WORKFLOW = WORKFLOWS / "api" / "voice_clone_cosyvoice.json"
 FIXTURE = PACK_ROOT / "tests" / "fixtures" / "cosyvoice" / "reduced.npz"
@@ -44,20 +42,11 @@ def cosyvoice_server(comfy_dir: Path, models_root: Path, tmp_path_factory: pytes
     pytest.importorskip("transformers", reason="the cosyvoice extra (transformers, pyyaml) is not installed")
     from digital_human.engines.cosyvoice.parity import write_release_from_fixture
 
-    # The setup step's models (and the voice cache the `samples` fixture filled) plus a random release.
-    root = tmp_path_factory.mktemp("cosyvoice-models")
-    for entry in models_root.iterdir():
-        if entry.name != "cosyvoice":
-            (root / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
-    write_release_from_fixture(dict(np.load(FIXTURE, allow_pickle=False)), root / "cosyvoice" / "CosyVoice2-0.5B")
-    base = prepare_base_dir(tmp_path_factory.mktemp("comfy-base-cosyvoice"), comfy_dir)
-    server = ComfyServer(comfy_dir, base, python=os.environ.get("COMFYUI_PYTHON", sys.executable),
-                         log_path=ARTIFACTS / "comfyui-server-cosyvoice.log", env={"DIGITAL_HUMAN_MODELS": str(root)})
-    server.start()
-    try:
+    fixture = dict(np.load(FIXTURE, allow_pickle=False))
+    with server_with_user_files(comfy_dir, models_root, tmp_path_factory.mktemp, "cosyvoice",
+                                lambda root: write_release_from_fixture(fixture, root / "cosyvoice" / "CosyVoice2-0.5B")
+                                ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_with_a_release_laid_out_folder_the_workflow_saves_speech(cosyvoice_server: ComfyServer,

@@ -9,14 +9,12 @@ features, UNet, VAE, paste-back, smoothing, encoding).
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness import (ARTIFACTS, WORKFLOWS, ComfyClient, ComfyError, ComfyServer, load_api_workflow,
-                     node_errors_text, prepare_base_dir)
+                     node_errors_text, server_with_user_files)
 from media_probe import check_media, probe
 
 WORKFLOW = WORKFLOWS / "api" / "lipsync_video_musetalk.json"
@@ -45,20 +43,9 @@ def musetalk_server(comfy_dir: Path, models_root: Path, tmp_path_factory: pytest
     pytest.importorskip("transformers", reason="the musetalk extra (diffusers, transformers) is not installed")
     from digital_human.engines.musetalk.random_release import write_release
 
-    # The setup step's models (and the voice cache the `samples` fixture filled) plus a random release.
-    root = tmp_path_factory.mktemp("musetalk-models")
-    for entry in models_root.iterdir():
-        if entry.name != "musetalk":
-            (root / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
-    write_release(root, "reduced", seed=0)
-    base = prepare_base_dir(tmp_path_factory.mktemp("comfy-base-musetalk"), comfy_dir)
-    server = ComfyServer(comfy_dir, base, python=os.environ.get("COMFYUI_PYTHON", sys.executable),
-                         log_path=ARTIFACTS / "comfyui-server-musetalk.log", env={"DIGITAL_HUMAN_MODELS": str(root)})
-    server.start()
-    try:
+    with server_with_user_files(comfy_dir, models_root, tmp_path_factory.mktemp, "musetalk",
+                                lambda root: write_release(root, "reduced", seed=0)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_with_a_release_laid_out_checkpoint_the_workflow_makes_an_mp4(musetalk_server: ComfyServer,
