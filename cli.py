@@ -247,9 +247,10 @@ def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: 
 def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                     backend: str, max_seconds: float, smooth: float,
                     max_side: int | None = None, face_index: int = 0,
-                    phones: Any = None) -> tuple[Any, float, dict[str, Any]]:
+                    phones: Any = None, idle_motion: bool = True) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth).
-    phones: the TTS's phone timings, carried on the AUDIO as TRT_TTS carries them."""
+    phones: the TTS's phone timings, carried on the AUDIO as TRT_TTS carries them. idle_motion: a photo
+    blinks and moves its head (TRT_TalkingHead's idle_motion auto) or not (off)."""
     from .audio import to_comfy_audio
     from .audio.phone_channel import with_phones
     from .nodes.image_convert import image_to_uint8
@@ -259,7 +260,7 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
                                                 _seconds(wave, rate), face_index)
     out = timer.run("talking_head", TRT_TalkingHead().animate, faces, with_phones(to_comfy_audio(wave, rate), phones),
-                    model=model, fps=fps, backend=backend)
+                    model=model, fps=fps, backend=backend, idle_motion="auto" if idle_motion else "off")
     images, track, head_report = out["result"]
     if smooth > 0:
         images, _ = timer.run("smooth", TemporalSmooth().smooth, images, strength=smooth, fps=fps, faces=track)
@@ -278,7 +279,7 @@ def _head_backend(model: str, backend: str) -> str:
 def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                       backend: str, max_seconds: float, smooth: float, out: Path,
                       max_side: int | None = None, face_index: int = 0,
-                      phones: Any = None) -> tuple[Any, float, dict[str, Any]]:
+                      phones: Any = None, idle_motion: bool = True) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
@@ -289,7 +290,8 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
                                                 _seconds(wave, rate), face_index)
     # crops are generated chunk by chunk while the video is encoded: memory stays flat in the length
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, model, fps, backend=backend,
-                    streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS, phones=phones)
+                    streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS, phones=phones,
+                    idle_motion=idle_motion)
     bar = _progress_bar("video", len(gen))
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth,
                        progress=bar)
@@ -308,9 +310,10 @@ def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: in
     if args.render == "headless":
         return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                  args.max_seconds, args.smooth, Path(args.out), args.max_side, args.face_index,
-                                 phones)
+                                 phones, not getattr(args, "no_idle_motion", False))
     frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
-                                           args.max_seconds, args.smooth, args.max_side, args.face_index, phones)
+                                           args.max_seconds, args.smooth, args.max_side, args.face_index, phones,
+                                           not getattr(args, "no_idle_motion", False))
     return _mux_to(timer, frames, wave, rate, fps, Path(args.out)), fps, reports
 
 
@@ -488,6 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--face-index", type=int, default=0, help="which face when there are several: 0 = the "
                        "largest, 1 = the next largest, ...")
         p.add_argument("--out", required=True, help="output .mp4")
+        p.add_argument("--no-idle-motion", action="store_true", help="a photo keeps still eyes and head (default: "
+                       "it blinks, sways and nods with the speech; a video keeps its own motion)")
         max_side(p)
         p.add_argument("--render", default="headless", choices=["headless", "nodes"],
                        help="headless: paste-back and smoothing in torch (on the GPU when there is one), frames "

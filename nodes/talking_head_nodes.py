@@ -24,6 +24,19 @@ VISEMES_TOOLTIP = ("auto: when the speech comes from TRT_TTS it carries its phon
                    "off: loudness and spectrum only.")
 
 
+IDLE_MOTION_MODES = ["auto", "off"]
+IDLE_MOTION_TOOLTIP = ("auto: a photo blinks (~17 a minute), sways a little and nods on stressed syllables, as one "
+                       "smooth warp of the head (background and frame edges stay still; `seed` picks the blinks and "
+                       "sway); a video reference keeps its own motion. off: only the mouth moves.")
+
+
+def _idle_motion(idle_motion: str) -> bool:
+    """Whether a photo gets idle motion (generate_crops applies it to photos only)."""
+    if idle_motion not in IDLE_MOTION_MODES:
+        raise ValueError(f"idle_motion must be one of {IDLE_MOTION_MODES}, got {idle_motion!r}")
+    return idle_motion == "auto"
+
+
 def _phones(audio: Any, visemes: str) -> Any:
     """The AUDIO's phone timings (TRT_TTS's side channel) unless switched off; None for other audio."""
     from ..audio.phone_channel import phones_from_audio
@@ -68,11 +81,13 @@ class TRT_TalkingHead:
                 "backend": (BACKENDS, {"default": "auto"}),
                 "precision": (PRECISIONS, {"default": "auto"}),
                 "seed": ("INT", {"default": 0, "min": 0, "max": 2**31 - 1,
-                                 "tooltip": "Both models are deterministic; change to force a re-run."}),
+                                 "tooltip": "Seeds a photo's idle motion (blinks, sway); the models themselves are "
+                                            "deterministic."}),
             },
             "optional": {"avatar": ("DH_AVATAR", {"tooltip": "A clone model straight from TrainAvatar / "
                                                              "LoadAvatar; overrides `model`."}),
-                         "visemes": (VISEME_MODES, {"default": "auto", "tooltip": VISEMES_TOOLTIP})},
+                         "visemes": (VISEME_MODES, {"default": "auto", "tooltip": VISEMES_TOOLTIP}),
+                         "idle_motion": (IDLE_MOTION_MODES, {"default": "auto", "tooltip": IDLE_MOTION_TOOLTIP})},
         }
 
     RETURN_TYPES = ("IMAGE", "DH_FACES", "STRING")
@@ -92,7 +107,7 @@ class TRT_TalkingHead:
     def animate(self, faces: Any, audio: dict, model: str = "portrait", fps: float = 25.0,
                 loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
                 max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
-                avatar: Any = None, visemes: str = "auto"):
+                avatar: Any = None, visemes: str = "auto", idle_motion: str = "auto"):
         from ..audio import from_comfy_audio
         from ..talking_head.driver import paste_generated, phase_progress
         from ..talking_head.registry import generate_crops
@@ -109,7 +124,7 @@ class TRT_TalkingHead:
         _check_output_memory(faces, wave, rate, fps)
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, phase_progress(report_progress, 0), interrupted,
-                              phones=_phones(audio, visemes))
+                              phones=_phones(audio, visemes), idle_motion=_idle_motion(idle_motion), seed=seed)
         result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TRT_TalkingHead: %s", warning)
@@ -173,7 +188,8 @@ class TalkingHeadVideo:
                loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
                max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
                smooth_strength: float = 0.5, format: str = "mp4", crf: int = 18,
-               filename_prefix: str = "digital_human/clone", avatar: Any = None, visemes: str = "auto"):
+               filename_prefix: str = "digital_human/clone", avatar: Any = None, visemes: str = "auto",
+               idle_motion: str = "auto"):
         from ..audio import from_comfy_audio
         from ..talking_head.registry import generate_crops
         from ..talking_head.render_video import render_talking_video
@@ -190,7 +206,7 @@ class TalkingHeadVideo:
         # crops are made chunk by chunk while the video is encoded: memory does not grow with the length
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, None, interrupted, streaming=True,
-                              phones=_phones(audio, visemes))
+                              phones=_phones(audio, visemes), idle_motion=_idle_motion(idle_motion), seed=seed)
         result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro",
                                       smooth_strength=smooth_strength, fmt=format, crf=crf,
                                       progress=report_progress(0, 100), should_stop=interrupted)

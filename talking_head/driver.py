@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -42,6 +42,14 @@ class TalkingHeadResult:
         return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
 
 
+class FrameMotion(Protocol):
+    """A warp of the finished output frames (a photo's idle motion, head_warp.HeadMotion): applied after
+    the paste-back and before smoothing, identically on both paths."""
+    region: tuple[slice, slice]  # (rows, cols) of the frame box it may change
+
+    def apply(self, frames: np.ndarray, start: int, origin: tuple[int, int] = (0, 0)) -> np.ndarray: ...
+
+
 @dataclass
 class GeneratedCrops:
     """A model's work before paste-back: one generated crop per output frame, plus what pasting it
@@ -62,6 +70,9 @@ class GeneratedCrops:
     # start..stop-1 when they are needed, and mask_of(r) gives reference frame r's paste mask.
     render: Callable[[int, int], tuple[np.ndarray, np.ndarray | None]] | None = None
     mask_of: Callable[[int], np.ndarray] | None = None
+    # applied to the pasted frames of output frames start.. (uint8, a box holding motion.region); the
+    # landmarks above already include it. None: the pasted frames are the output.
+    motion: FrameMotion | None = None
 
     def __len__(self) -> int:
         return len(self.idx)
@@ -128,6 +139,8 @@ def paste_generated(gen: GeneratedCrops, batch_size: int = 32, progress: Callabl
         # path's GPU paste-back does the same blend)
         frames[start:stop] = paste_back_batch(frames[start:stop], gen.crops[start:stop], affines[start:stop],
                                               gen.mask_stack(start, stop), color_match=False, keep_detail=False)
+        if gen.motion is not None:
+            frames[start:stop] = gen.motion.apply(frames[start:stop], start)
         if progress is not None:
             progress(stop, n)
     timings = dict(gen.timings, paste=time.perf_counter() - t0)

@@ -58,13 +58,20 @@ def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loo
                    backend: str = "auto", precision: str = "auto", avatar: Any = None,
                    progress: Callable[[int, int], None] | None = None,
                    should_stop: Callable[[], bool] | None = None, streaming: bool = False,
-                   phones: Any = None) -> GeneratedCrops:
+                   phones: Any = None, idle_motion: bool = False, seed: int = 0) -> GeneratedCrops:
     """The model's crops for every output frame. A given `avatar` (DH_AVATAR) overrides `model`.
     streaming: crops are made on demand while the video is rendered (bounded memory); progress then
     reports nothing here (the renderer reports). phones: the speech's phone timings, or None; given
-    only to models that read them (TalkingHeadModel.reads_phones)."""
+    only to models that read them (TalkingHeadModel.reads_phones). idle_motion: a photo blinks, sways and
+    nods with the speech (head_warp.py, any model; seeded by `seed`); a video reference keeps its own motion."""
     entry, avatar = resolve(model, avatar)
     extra = {"phones": phones} if phones and entry.reads_phones else {}
-    return entry.generate(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, strength=strength,
-                          max_audio_seconds=max_audio_seconds, backend=backend, precision=precision, avatar=avatar,
-                          progress=progress, should_stop=should_stop, streaming=streaming, **extra)
+    gen = entry.generate(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, strength=strength,
+                         max_audio_seconds=max_audio_seconds, backend=backend, precision=precision, avatar=avatar,
+                         progress=progress, should_stop=should_stop, streaming=streaming, **extra)
+    if not idle_motion:
+        return gen
+    from .driver import validate_audio
+    from .head_warp import attach_idle_motion
+
+    return attach_idle_motion(gen, validate_audio(wave, rate, max_audio_seconds), rate, seed)

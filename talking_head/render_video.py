@@ -156,6 +156,8 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         raise ValueError("no frames to render: the generated crops are empty")
     chunk_frames = max(1, int(chunk_frames))
     rows, cols = paste_region(gen)
+    if gen.motion is not None:  # the warped head is part of the box that is pasted, smoothed and composed
+        rows, cols = _union((rows, cols), gen.motion.region)
     has_box = rows.stop > rows.start and cols.stop > cols.start
     box_bytes = (rows.stop - rows.start) * (cols.stop - cols.start) * 3 * 4
     if has_box:
@@ -194,6 +196,9 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
                 masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
                 pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
                                      track.affines[idx[start:stop]], masks, (x0, y0))
+                if gen.motion is not None:  # the node path's CPU warp on the same uint8 pixels (values are integral)
+                    warped = gen.motion.apply(pasted.to(torch.uint8).cpu().numpy(), start, (x0, y0))
+                    pasted = torch.from_numpy(warped).to(dev).float()
                 smooth_mask = None
                 if smoothing:
                     smooth_mask = torch.from_numpy(_smooth_masks(gen, start, stop, landmarks, rows, cols)).to(dev)

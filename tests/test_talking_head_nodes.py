@@ -35,7 +35,9 @@ def speech(data_dir):
 
 def test_portrait_frame_count_size_and_only_mouth_changes(photo_faces, speech):
     wave, rate = speech
-    out = TRT_TalkingHead().animate(photo_faces, to_comfy_audio(wave, rate), model="portrait", fps=25.0)
+    # idle_motion off: a still head (with it on, test_idle_motion.py checks what moves)
+    out = TRT_TalkingHead().animate(photo_faces, to_comfy_audio(wave, rate), model="portrait", fps=25.0,
+                                    idle_motion="off")
     frames, track, report = out["result"]
     assert frames.shape[0] == math.ceil(len(wave) / rate * 25.0) and tuple(frames.shape[1:]) == (512, 512, 3)
     assert len(track.frames) == frames.shape[0] and "portrait" in report

@@ -1,0 +1,381 @@
+"""Idle motion as pixels: blinks and head pose applied to a photo's output frames by one smooth warp.
+
+Why a warp of the finished frame (after the mouth is pasted): the mouth then moves with the head
+for free, any model's crops work unchanged, and the warp runs at the frame's own resolution (no
+detail lost to a crop round trip). Both output paths call `HeadMotion.apply` on the same uint8
+pixels of the same box, so the node path (driver.paste_generated) and the headless video path
+(render_video) stay equal to the paste's own rounding.
+
+Backward map of output pixel q (continuous px, source = the pasted reference frame):
+  head:   q -> q + w(q) (T_i^-1(q) - q), T_i = roll / scale about a neck pivot + translation, w = 1
+          on the head (an ellipse around the face oval, grown to take hair and ears) falling
+          smoothly to 0 around it and at the frame's edges, so background and borders stay put;
+  blink:  then, near each eye (in the eye's own frame: u along the corners, v down), the upper lid
+          slides down over the eyeball to 85% of the lid gap and the lower lid up the rest; a strip of
+          lid skin stretches to follow (the lash margin keeps its width), the eyeball itself is not
+          moved (lids occlude it, as real lids do), and everything past the eye corners is untouched.
+          The newly covered lid is then shaded towards the photo's under-eye skin colour with a thin
+          lash line where the lids meet: stretched skin alone carries the brow's shadow and the
+          lashes down as a dark smear that reads as an open eye.
+The head field is smooth, so it is evaluated every few pixels and upsampled (exact for the affine
+part); the lid field only inside the eyes' boxes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..parallel import for_each_frame
+from ..vision import align as _align
+from ..vision.paste import FACE_OVAL
+from .idle_motion import IdleMotion
+
+# MediaPipe face-mesh lids, corner to corner (checked on the sample photos: 159/145 and 386/374 are
+# the upper / lower lid midpoints of the subject's right / left eye)
+RIGHT_EYE = {"corners": (33, 133), "upper": (246, 161, 160, 159, 158, 157, 173),
+             "lower": (7, 163, 144, 145, 153, 154, 155), "brow": (46, 53, 52, 65, 55)}
+LEFT_EYE = {"corners": (263, 362), "upper": (466, 388, 387, 386, 385, 384, 398),
+            "lower": (249, 390, 373, 374, 380, 381, 382), "brow": (276, 283, 282, 295, 285)}
+EYE_R, EYE_L, FOREHEAD, CHIN = 33, 263, 10, 152
+
+LID_MEET = 0.85        # where the lids meet, as a share of the open gap from the upper lid (it does most)
+SKIN_ABOVE = 0.4       # lid skin that stretches, in lid gaps above the upper lid (capped below the brow)
+SKIN_BELOW = 1.5       # ... below the lower lid
+LASH = 0.2             # the upper lid's margin (lashes), in gaps: carried down as it is, not stretched,
+                       # so a shut eye shows a thin dark line under smooth lid skin, as a real one does
+CREASE = 1.0           # a shut lid's skin reaches this many lid gaps above the open upper lid
+LASH_TONE = 0.7        # the shut lashes' line, blended towards the open lid's darkest colour
+LID_TONE = 0.9        # how far the newly covered lid is blended towards the lid colour (the rest: texture)
+# the mesh's lids sit a pixel or two inside the eye on small faces: this share of the gap next to each
+# lid landmark is covered, not stretched, so no iris or white shows on a shut lid
+UPPER_SKIP, LOWER_SKIP = 0.1, 0.35
+HEAD_R1, HEAD_R2 = 1.25, 1.9  # weight 1 inside this many face-oval radii, 0 outside the second
+NECK_PIVOT = 0.35      # roll / scale pivot below the chin, in face heights (forehead 10 -> chin 152)
+EDGE_FADE = 0.04       # the weight reaches 0 this share of the frame's short side from its edges
+GRID_PX = 4            # head field sample spacing (it is smooth: affine where the weight is 1)
+
+
+def _smoothstep(x: np.ndarray) -> np.ndarray:
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+@dataclass
+class _Eye:
+    origin: np.ndarray   # [2] frame px, the first corner
+    ex: np.ndarray       # [2] unit, corner -> corner
+    ey: np.ndarray       # [2] unit, down the face
+    up_u: np.ndarray     # upper lid polyline (u sorted) ...
+    up_v: np.ndarray
+    lo_u: np.ndarray     # ... lower lid
+    lo_v: np.ndarray
+    above: float         # px of lid skin above the upper lid that stretches
+    below: float         # ... below the lower lid
+    box: tuple[int, int, int, int]  # x0, y0, x1, y1 frame px the lid field can change
+    to_brow: float = 1.0             # px from the upper lid up to the brow (nothing reaches it)
+    # measured on the photo by measure_lid_colour: the shut lid's look
+    gap_max: float = 1.0
+    crease: float = 1.0
+    lid_rgb: np.ndarray | None = None
+    lash_rgb: np.ndarray | None = None
+
+    @classmethod
+    def measure(cls, p: np.ndarray, ids: dict, down: np.ndarray, height: int, width: int) -> "_Eye":
+        a, b = p[ids["corners"][0]], p[ids["corners"][1]]
+        ex = (b - a) / max(np.linalg.norm(b - a), 1e-6)
+        ey = np.array([-ex[1], ex[0]])
+        if ey @ down < 0:
+            ey = -ey
+
+        def uv(idx) -> tuple[np.ndarray, np.ndarray]:
+            d = p[list(idx)] - a
+            return d @ ex, d @ ey
+
+        span = float(np.linalg.norm(b - a))
+        up_u, up_v = uv(ids["upper"])
+        lo_u, lo_v = uv(ids["lower"])
+        # the corners close both curves: the gap is 0 there, so the field fades to nothing
+        up_u, up_v = np.r_[0.0, up_u, span], np.r_[0.0, up_v, (b - a) @ ey]
+        lo_u, lo_v = np.r_[0.0, lo_u, span], np.r_[0.0, lo_v, (b - a) @ ey]
+        o1, o2 = np.argsort(up_u), np.argsort(lo_u)
+        up_u, up_v, lo_u, lo_v = up_u[o1], up_v[o1], lo_u[o2], lo_v[o2]
+        gap = float(np.max(np.interp(up_u, lo_u, lo_v) - up_v))
+        brow_u, brow_v = uv(ids["brow"])
+        ob = np.argsort(brow_u)
+        to_brow = float(np.min(up_v[1:-1] - np.interp(up_u[1:-1], brow_u[ob], brow_v[ob])))
+        above = max(1.0, min(SKIN_ABOVE * gap, 0.7 * to_brow))  # the brow itself never moves
+        below = max(1.0, SKIN_BELOW * gap)
+        corners = np.array([a, b, a - ey * (above + gap), b - ey * (above + gap), a + ey * (below + gap),
+                            b + ey * (below + gap)])
+        x0, y0 = np.floor(corners.min(0)).astype(int) - 2
+        x1, y1 = np.ceil(corners.max(0)).astype(int) + 3
+        return cls(a, ex, ey, up_u, up_v, lo_u, lo_v, above, below,
+                   (max(x0, 0), max(y0, 0), min(x1, width), min(y1, height)), to_brow=max(to_brow, 1.0))
+
+    def _lids(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        up = np.interp(u, self.up_u, self.up_v)
+        lo = np.interp(u, self.lo_u, self.lo_v)
+        inside = (u > self.up_u[0]) & (u < self.up_u[-1])
+        gap = np.where(inside, np.maximum(lo - up, 0.0), 0.0)
+        return up, lo, gap
+
+    def source_v(self, u: np.ndarray, v: np.ndarray, closure: float) -> np.ndarray:
+        """Backward lid map: the reference v shown at output (u, v) with the lids `closure` shut."""
+        up, lo, gap = self._lids(u)
+        up_out, lo_out = up + closure * LID_MEET * gap, lo - closure * (1 - LID_MEET) * gap
+        top, bottom = up - self.above, lo + self.below
+        # source of the upper lid, top to bottom: skin [top, margin), lash margin [margin, edge), then the
+        # strip next to the landmark that ends up covered; the margin keeps its width, the skin stretches
+        edge = up - closure * UPPER_SKIP * gap
+        lash = closure * LASH * gap
+        margin_out = up_out - lash
+        skin_up = top + (v - top) * ((edge - lash - top) / np.maximum(margin_out - top, 1e-6))
+        lash_up = v - up_out + edge
+        skip = closure * LOWER_SKIP * gap
+        skin_lo = lo + skip + (v - lo_out) * ((self.below - skip) / np.maximum(bottom - lo_out, 1e-6))
+        out = np.where((v >= top) & (v < margin_out), skin_up, v)  # between the lids: the eyeball, unmoved
+        out = np.where((v >= margin_out) & (v < up_out), lash_up, out)
+        return np.where((v > lo_out) & (v <= bottom), skin_lo, out)
+
+    def forward_v(self, u: np.ndarray, v: np.ndarray, closure: float) -> np.ndarray:
+        """Where reference points (u, v) go with the lids `closure` shut (for the landmarks)."""
+        up, lo, gap = self._lids(u)
+        up_out, lo_out = up + closure * LID_MEET * gap, lo - closure * (1 - LID_MEET) * gap
+        top, bottom = up - self.above, lo + self.below
+        out = np.where((v >= top) & (v <= up) & (gap > 0), top + (v - top) * (up_out - top) / self.above, v)
+        return np.where((v >= lo) & (v <= bottom) & (gap > 0), lo_out + (v - lo) * (bottom - lo_out) / self.below,
+                        out)
+
+    def to_uv(self, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        d = xy - self.origin
+        return d @ self.ex, d @ self.ey
+
+    def measure_lid_colour(self, frame: np.ndarray) -> None:
+        """The shut lid's colour: the skin just under the lower lid, middle of the eye. The skin over an
+        open eye is often in the brow's shadow (stretching it alone leaves a dark hollow, which neither
+        a viewer nor the face mesh reads as a shut eye); a shut lid faces the light like the cheek."""
+        span = self.up_u[-1]
+        gap = float(np.max(self._lids(self.up_u)[2]))
+        u, v = np.meshgrid(np.linspace(0.25 * span, 0.75 * span, 9), np.linspace(0.5, 1.0, 4) * gap)
+        _, lo, _ = self._lids(u)
+        xy = self.origin + u[..., None] * self.ex + (lo + v)[..., None] * self.ey
+        ij = np.clip(np.floor(xy).astype(int), 0, [frame.shape[1] - 1, frame.shape[0] - 1])
+        self.lid_rgb = np.median(frame[ij[..., 1], ij[..., 0]].reshape(-1, 3).astype(np.float32), axis=0)
+        self.gap_max = gap
+        self.crease = min(CREASE * gap, 0.8 * self.to_brow)
+        # the lashes' colour: the darkest pixels along the open upper lid
+        uu = np.linspace(0.2 * span, 0.8 * span, 15)
+        vv = np.interp(uu, self.up_u, self.up_v)[:, None] + np.linspace(-0.25, 0.05, 5)[None] * gap
+        xy = self.origin + uu[:, None, None] * self.ex + vv[..., None] * self.ey
+        ij = np.clip(np.floor(xy).astype(int), 0, [frame.shape[1] - 1, frame.shape[0] - 1])
+        ring = frame[ij[..., 1], ij[..., 0]].reshape(-1, 3).astype(np.float32)
+        self.lash_rgb = ring[np.argsort(ring.sum(1))[: max(1, len(ring) // 8)]].mean(0)
+
+    def shade(self, pixels: np.ndarray, u: np.ndarray, v: np.ndarray, closure: float) -> None:
+        """Blend the part of the eye the upper lid now covers (output (u, v) in the eye's reference
+        frame) towards the lid's colour, keeping some of the warped skin's texture; in place, uint8."""
+        up, _, gap = self._lids(u)
+        margin_out = up + closure * (LID_MEET - LASH) * gap
+        feather = max(1.0, 0.1 * self.gap_max)
+        # rising smoothly from the crease (where a shut lid's skin starts) to full at the lid's old margin:
+        # an edge anywhere above the lashes would read as an open eye's upper lid
+        crease = up - self.crease
+        alpha = (_smoothstep((v - crease) / np.maximum(up - crease, 1e-6)) * np.clip((margin_out - v) / feather, 0, 1)
+                 * np.sqrt(gap / max(self.gap_max, 1e-6)) * LID_TONE * _smoothstep(np.asarray(closure) * 2))
+        # the lashes meet in a thin dark line along the lid's margin
+        width = max(0.8, 0.08 * self.gap_max)
+        line = 1.0 - np.clip(np.abs(v - (up + closure * LID_MEET * gap - 0.5 * width)) / width, 0, 1)
+        dark = (line * np.clip(gap / max(self.gap_max, 1e-6) * 3, 0, 1) * LASH_TONE * _smoothstep((closure - 0.5) * 2))
+        if not np.any(alpha > 0):
+            return
+        a = alpha[..., None].astype(np.float32)
+        d = dark[..., None].astype(np.float32)
+        lid = pixels * (1 - a) + self.lid_rgb * a
+        pixels[...] = np.clip(np.rint(lid * (1 - d) + self.lash_rgb * d), 0, 255).astype(np.uint8)
+
+
+class HeadMotion:
+    """Applies an IdleMotion to the output frames of one photo (landmarks [468, 3] source px)."""
+
+    def __init__(self, landmarks: np.ndarray, frame: np.ndarray, motion: IdleMotion):
+        p = np.asarray(landmarks, np.float64)[:, :2]
+        self.motion, (self.height, self.width) = motion, frame.shape[:2]
+        eye = p[EYE_L] - p[EYE_R]
+        self.iod = float(np.linalg.norm(eye))
+        self.ex = eye / max(self.iod, 1e-6)
+        self.ey = np.array([-self.ex[1], self.ex[0]])
+        if (p[CHIN] - p[FOREHEAD]) @ self.ey < 0:
+            self.ey = -self.ey
+        self.pivot = p[CHIN] + self.ey * NECK_PIVOT * float(np.linalg.norm(p[CHIN] - p[FOREHEAD]))
+        oval = p[list(FACE_OVAL)]
+        ou, ov = (oval - p[CHIN]) @ self.ex, (oval - p[CHIN]) @ self.ey
+        self.centre = p[CHIN] + self.ex * (ou.min() + ou.max()) / 2 + self.ey * (ov.min() + ov.max()) / 2
+        self.axes = np.array([max(np.ptp(ou) / 2, 1.0), max(np.ptp(ov) / 2, 1.0)])
+        self.eyes = [_Eye.measure(p, ids, self.ey, self.height, self.width) for ids in (RIGHT_EYE, LEFT_EYE)]
+        for e in self.eyes:
+            e.measure_lid_colour(frame)
+        self.region = self._region()
+        rows, cols = self.region
+        self._step = GRID_PX
+        gy = np.arange(rows.start, rows.stop + self._step, self._step, dtype=np.float64)
+        gx = np.arange(cols.start, cols.stop + self._step, self._step, dtype=np.float64)
+        # grid point j sits where cv2.resize puts coarse sample j: at pixel j * step + (step - 1) / 2
+        self._gx, self._gy = np.meshgrid(gx + (self._step - 1) / 2 + 0.5, gy + (self._step - 1) / 2 + 0.5)
+        self._gw = self.weight(np.stack([self._gx, self._gy], -1))
+        yy, xx = np.mgrid[rows, cols].astype(np.float32) + np.float32(0.5)  # pixel centres, kept per photo
+        self._xx, self._yy = xx, yy
+        self._changed = self.weight(np.stack([xx, yy], -1).astype(np.float64)) > 0
+        for e in self.eyes:  # the lid field reaches past the head weight's support at a frame edge
+            x0, y0, x1, y1 = e.box
+            self._changed[max(y0 - rows.start, 0):max(y1 - rows.start, 0),
+                          max(x0 - cols.start, 0):max(x1 - cols.start, 0)] = True
+        self._changed3 = np.repeat(self._changed[..., None], 3, axis=2)
+
+    # --- geometry ---------------------------------------------------------------------------------
+    def weight(self, xy: np.ndarray) -> np.ndarray:
+        """Head weight at frame points [..., 2]: 1 on the head, 0 on the background and frame edges."""
+        d = xy - self.centre
+        r = np.hypot((d @ self.ex) / self.axes[0], (d @ self.ey) / self.axes[1])
+        edge = np.minimum.reduce([xy[..., 0], self.width - xy[..., 0], xy[..., 1], self.height - xy[..., 1]])
+        fade = EDGE_FADE * min(self.height, self.width)
+        return (1.0 - _smoothstep((r - HEAD_R1) / (HEAD_R2 - HEAD_R1))) * _smoothstep(edge / max(fade, 1.0))
+
+    def _region(self) -> tuple[slice, slice]:
+        """(rows, cols) of the frame box the motion can change (weight > 0, plus the eyes)."""
+        t = np.linspace(0, 2 * np.pi, 73)
+        ring = (self.centre + np.outer(np.cos(t) * self.axes[0] * HEAD_R2, self.ex)
+                + np.outer(np.sin(t) * self.axes[1] * HEAD_R2, self.ey))
+        pts = np.concatenate([ring, *[np.array([[e.box[0], e.box[1]], [e.box[2], e.box[3]]]) for e in self.eyes]])
+        x0, y0 = (int(np.clip(np.floor(v) - 1, 0, lim)) for v, lim in zip(pts.min(0), (self.width, self.height)))
+        x1, y1 = (int(np.clip(np.ceil(v) + 2, 0, lim)) for v, lim in zip(pts.max(0), (self.width, self.height)))
+        return slice(y0, max(y1, y0)), slice(x0, max(x1, x0))
+
+    def pose(self, i: int) -> np.ndarray:
+        """Frame i's head transform T_i (2x3, reference frame px -> output frame px)."""
+        m = self.motion
+        c, s = np.cos(float(m.roll[i])), np.sin(float(m.roll[i]))
+        lin = float(m.scale[i]) * np.array([[c, -s], [s, c]])
+        shift = self.iod * (float(m.tx[i]) * self.ex + float(m.ty[i]) * self.ey)
+        return np.concatenate([lin, (self.pivot - lin @ self.pivot + shift)[:, None]], axis=1)
+
+    # --- pixels -----------------------------------------------------------------------------------
+    def _maps(self, i: int) -> tuple[np.ndarray, np.ndarray, list]:
+        """Backward maps (continuous frame px) of frame i over the region, and per eye (rows, cols, u, v):
+        the region's pixels near the eye in the eye's reference frame (for the lid shading)."""
+        rows, cols = self.region
+        h, w = rows.stop - rows.start, cols.stop - cols.start
+        t = self.pose(i)
+        inv = np.linalg.inv(np.vstack([t, [0, 0, 1]]))[:2]
+        dx = self._gw * (inv[0, 0] * self._gx + inv[0, 1] * self._gy + inv[0, 2] - self._gx)
+        dy = self._gw * (inv[1, 0] * self._gx + inv[1, 1] * self._gy + inv[1, 2] - self._gy)
+        size = (dx.shape[1] * self._step, dx.shape[0] * self._step)
+        if _align._cv2 is not None:
+            up = [_align._cv2.resize(d.astype(np.float32), size, interpolation=_align._cv2.INTER_LINEAR)[:h, :w]
+                  for d in (dx, dy)]
+        else:  # nearest upsampling; fine for the few-pixel, slowly varying head field
+            up = [np.repeat(np.repeat(d, self._step, 0), self._step, 1)[:h, :w].astype(np.float32) for d in (dx, dy)]
+        mx, my = self._xx + up[0], self._yy + up[1]
+        closure = float(self.motion.blink[i])
+        near: list = []
+        if closure > 0:
+            for e in self.eyes:
+                x0, y0, x1, y1 = e.box  # the lid field is zero outside the eye's box ...
+                pad = int(np.ceil(np.abs(up[0]).max() + np.abs(up[1]).max())) + 2  # ... the head may move it
+                sy = slice(max(y0 - pad - rows.start, 0), max(min(y1 + pad - rows.start, h), 0))
+                sx = slice(max(x0 - pad - cols.start, 0), max(min(x1 + pad - cols.start, w), 0))
+                pts = np.stack([mx[sy, sx], my[sy, sx]], -1).astype(np.float64)
+                u, v = e.to_uv(pts)
+                v2 = e.source_v(u, v, closure)
+                moved = e.origin + u[..., None] * e.ex + v2[..., None] * e.ey
+                mx[sy, sx], my[sy, sx] = moved[..., 0], moved[..., 1]
+                near.append((sy, sx, u, v))
+        return mx, my, near
+
+    def apply(self, frames: np.ndarray, start: int, origin: tuple[int, int] = (0, 0)) -> np.ndarray:
+        """Output frames start..start+k-1 from the pasted frames [k, bh, bw, 3] uint8 (a box of the frame
+        whose top-left pixel is `origin` (x, y), holding `region`). Only pixels inside the region change."""
+        rows, cols = self.region
+        r0, c0 = rows.start - int(origin[1]), cols.start - int(origin[0])
+        h, w = rows.stop - rows.start, cols.stop - cols.start
+        if r0 < 0 or c0 < 0 or r0 + h > frames.shape[1] or c0 + w > frames.shape[2]:
+            raise ValueError(f"the frames' box (origin {origin}, {frames.shape[1:3]}) does not hold the head "
+                             f"region rows {rows.start}:{rows.stop}, cols {cols.start}:{cols.stop}")
+        out = np.array(frames, np.uint8, copy=True)
+
+        def one(j: int) -> None:  # writes only frame j (OpenCV and numpy release the GIL: frames overlap)
+            i = start + j
+            if self.motion.still(i):
+                return
+            # the source is exactly the region in both paths (the same pixels, the same replicate border)
+            src = np.ascontiguousarray(frames[j, r0:r0 + h, c0:c0 + w])
+            mx, my, near = self._maps(i)
+            warped = _remap(src, mx - 0.5 - cols.start, my - 0.5 - rows.start)
+            for e, (sy, sx, u, v) in zip(self.eyes, near):
+                e.shade(warped[sy, sx], u, v, float(self.motion.blink[i]))
+            np.copyto(out[j, r0:r0 + h, c0:c0 + w], warped, where=self._changed3)
+
+        for_each_frame(one, 0, len(frames))
+        return out
+
+    def move_landmarks(self, landmarks: np.ndarray, start: int) -> np.ndarray:
+        """Output landmarks [k, 468, 3] (source px) of frames start..: the lids and the head moved."""
+        out = np.array(landmarks, np.float32, copy=True)
+        for j in range(len(out)):
+            i = start + j
+            if self.motion.still(i):
+                continue
+            p = out[j, :, :2].astype(np.float64)
+            closure = float(self.motion.blink[i])
+            if closure > 0:
+                for e in self.eyes:
+                    u, v = e.to_uv(p)
+                    p = e.origin + u[:, None] * e.ex + e.forward_v(u, v, closure)[:, None] * e.ey
+            t = self.pose(i)
+            w = self.weight(p)[:, None]
+            p = p + w * (p @ t[:, :2].T + t[:, 2] - p)
+            out[j, :, :2] = p
+        return out
+
+
+def _remap(src: np.ndarray, map_x: np.ndarray, map_y: np.ndarray) -> np.ndarray:
+    """src [h, w, 3] uint8 sampled at (map_x, map_y) (OpenCV pixel-centre coordinates), uint8."""
+    if _align._cv2 is not None:
+        cv2 = _align._cv2
+        # bicubic: a bilinear resample at a fraction of a pixel visibly softens the whole head,
+        # and by a different amount every frame
+        return cv2.remap(src, map_x.astype(np.float32), map_y.astype(np.float32), cv2.INTER_CUBIC,
+                         borderMode=cv2.BORDER_REPLICATE)
+    h, w = src.shape[:2]
+    x0, y0 = np.floor(map_x).astype(np.int64), np.floor(map_y).astype(np.int64)
+    fx, fy = (map_x - x0)[..., None], (map_y - y0)[..., None]
+    acc = np.zeros((*map_x.shape, src.shape[2]), np.float32)
+    for dy, wy in ((0, 1 - fy), (1, fy)):
+        for dx, wx in ((0, 1 - fx), (1, fx)):
+            acc += wx * wy * src[np.clip(y0 + dy, 0, h - 1), np.clip(x0 + dx, 0, w - 1)]
+    return np.clip(np.rint(acc), 0, 255).astype(np.uint8)
+
+
+def attach_idle_motion(gen, wave: np.ndarray, sample_rate: int, seed: int = 0):
+    """`gen` (GeneratedCrops of a photo) with idle motion: the frames warped after the paste, the output
+    landmarks moved to match. A video reference is returned as it is (it has its own motion)."""
+    from dataclasses import replace
+
+    from .idle_motion import idle_motion
+
+    track = gen.track
+    if len(track) != 1 or len(gen) == 0:
+        return gen
+    head = HeadMotion(track.landmarks[0], track.frames[0], idle_motion(wave, sample_rate, gen.fps, len(gen), seed))
+    backend = gen.backend + "; idle motion"
+    if gen.streaming:
+        render = gen.render
+
+        def moved(start: int, stop: int):
+            crops, lms = render(start, stop)
+            base = np.asarray(track.landmarks[gen.idx[start:stop]], np.float32) if lms is None else lms
+            return crops, head.move_landmarks(base, start)
+
+        return replace(gen, render=moved, motion=head, backend=backend)
+    base = np.asarray(track.landmarks[gen.idx], np.float32) if gen.landmarks is None else gen.landmarks
+    return replace(gen, landmarks=head.move_landmarks(base, 0), motion=head, backend=backend)
