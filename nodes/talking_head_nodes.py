@@ -60,7 +60,8 @@ class TRT_TalkingHead:
                    "'musetalk' runs MuseTalk 1.5 from the release's files the user placed in "
                    "models/digital_human/musetalk/ (MIT code, weights released for commercial use; sd-vae-ft-mse "
                    "and whisper-tiny MIT). "
-                   "Video references are looped / ping-ponged / held to cover the audio; only the lower face changes.")
+                   "Video references are looped / ping-ponged / held to cover the audio; only the lower face changes, "
+                   "except that a photo also blinks and moves its head a little (idle_motion).")
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:

@@ -49,6 +49,8 @@ class FrameMotion(Protocol):
 
     def apply(self, frames: np.ndarray, start: int, origin: tuple[int, int] = (0, 0)) -> np.ndarray: ...
 
+    def shift_bound(self, rows: slice, cols: slice) -> float: ...
+
 
 @dataclass
 class GeneratedCrops:

@@ -232,6 +232,21 @@ class HeadMotion:
                           max(x0 - cols.start, 0):max(x1 - cols.start, 0)] = True
         self._changed3 = np.repeat(self._changed[..., None], 3, axis=2)
 
+    def shift_bound(self, rows: slice, cols: slice) -> float:
+        """Bound (px) on how far the head moves any pixel's content inside the frame box rows x cols over
+        the whole track (the headless path pastes and smooths the mouth in a box grown by it). The head
+        transform is affine and the weight <= 1, so the box's corners bound it."""
+        m = self.motion
+        corners = np.array([[cols.start, rows.start], [cols.stop, rows.start], [cols.start, rows.stop],
+                            [cols.stop, rows.stop]], np.float64) - self.pivot
+        c, s = np.cos(m.roll.astype(np.float64)), np.sin(m.roll.astype(np.float64))
+        k = m.scale.astype(np.float64)
+        shift = self.iod * (np.outer(m.tx, self.ex) + np.outer(m.ty, self.ey))  # [N, 2]
+        moved_x = k[:, None] * (c[:, None] * corners[:, 0] - s[:, None] * corners[:, 1]) + shift[:, :1]
+        moved_y = k[:, None] * (s[:, None] * corners[:, 0] + c[:, None] * corners[:, 1]) + shift[:, 1:]
+        d = np.hypot(moved_x - corners[:, 0], moved_y - corners[:, 1])
+        return float(d.max()) if d.size else 0.0
+
     # --- geometry ---------------------------------------------------------------------------------
     def weight(self, xy: np.ndarray) -> np.ndarray:
         """Head weight at frame points [..., 2]: 1 on the head, 0 on the background and frame edges."""
@@ -294,14 +309,17 @@ class HeadMotion:
 
     def apply(self, frames: np.ndarray, start: int, origin: tuple[int, int] = (0, 0)) -> np.ndarray:
         """Output frames start..start+k-1 from the pasted frames [k, bh, bw, 3] uint8 (a box of the frame
-        whose top-left pixel is `origin` (x, y), holding `region`). Only pixels inside the region change."""
+        whose top-left pixel is `origin` (x, y), holding `region`), warped in place and returned. Only
+        pixels inside the region change."""
         rows, cols = self.region
         r0, c0 = rows.start - int(origin[1]), cols.start - int(origin[0])
         h, w = rows.stop - rows.start, cols.stop - cols.start
         if r0 < 0 or c0 < 0 or r0 + h > frames.shape[1] or c0 + w > frames.shape[2]:
             raise ValueError(f"the frames' box (origin {origin}, {frames.shape[1:3]}) does not hold the head "
                              f"region rows {rows.start}:{rows.stop}, cols {cols.start}:{cols.stop}")
-        out = np.array(frames, np.uint8, copy=True)
+        if frames.dtype != np.uint8:
+            raise ValueError(f"frames must be uint8, got {frames.dtype}")
+        out = frames
 
         def one(j: int) -> None:  # writes only frame j (OpenCV and numpy release the GIL: frames overlap)
             i = start + j

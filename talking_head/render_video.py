@@ -156,8 +156,16 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         raise ValueError("no frames to render: the generated crops are empty")
     chunk_frames = max(1, int(chunk_frames))
     rows, cols = paste_region(gen)
-    if gen.motion is not None:  # the warped head is part of the box that is pasted, smoothed and composed
-        rows, cols = _union((rows, cols), gen.motion.region)
+    height, width = track.frames.shape[1:3]
+    heads: dict[int, np.ndarray] = {}  # output frame -> its warped head box (uint8), until composed
+    if gen.motion is not None:
+        # a photo's idle motion (FrameMotion) warps the pasted frame's whole head on the CPU, as the node
+        # path does; only the mouth's box, grown by the largest head shift (+ the bicubic taps), is
+        # pasted and smoothed here: outside it the warp reads and the smoothing masks reach nothing pasted
+        grow = int(np.ceil(gen.motion.shift_bound(rows, cols))) + 3
+        rows = slice(max(rows.start - grow, 0), min(rows.stop + grow, height))
+        cols = slice(max(cols.start - grow, 0), min(cols.stop + grow, width))
+        head_rows, head_cols = _union((rows, cols), gen.motion.region)
     has_box = rows.stop > rows.start and cols.stop > cols.start
     box_bytes = (rows.stop - rows.start) * (cols.stop - cols.start) * 3 * 4
     if has_box:
@@ -196,9 +204,14 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
                 masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
                 pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
                                      track.affines[idx[start:stop]], masks, (x0, y0))
-                if gen.motion is not None:  # the node path's CPU warp on the same uint8 pixels (values are integral)
-                    warped = gen.motion.apply(pasted.to(torch.uint8).cpu().numpy(), start, (x0, y0))
-                    pasted = torch.from_numpy(warped).to(dev).float()
+                if gen.motion is not None:  # the node path's warp on the same uint8 pixels (pasted values are integral)
+                    head = track.frames[idx[start:stop], head_rows, head_cols]  # a copy
+                    inner = (slice(None), slice(y0 - head_rows.start, rows.stop - head_rows.start),
+                             slice(x0 - head_cols.start, cols.stop - head_cols.start))
+                    head[inner] = pasted.to(torch.uint8).cpu().numpy()
+                    head = gen.motion.apply(head, start, (head_cols.start, head_rows.start))
+                    heads.update((start + j, head[j]) for j in range(stop - start))
+                    pasted = torch.from_numpy(np.ascontiguousarray(head[inner])).to(dev).float()
                 smooth_mask = None
                 if smoothing:
                     smooth_mask = torch.from_numpy(_smooth_masks(gen, start, stop, landmarks, rows, cols)).to(dev)
@@ -213,11 +226,18 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         for start in range(0, n, chunk_frames):
             yield full_frames(start, min(start + chunk_frames, n))
         return
+    def composed(start: int, boxes):
+        """The full frames of output frames start..start+len(boxes)-1 with their boxes (and heads) in."""
+        frames = full_frames(start, start + len(boxes))
+        if heads:
+            warped = np.stack([heads.pop(start + j) for j in range(len(boxes))])
+            frames[:, head_rows, head_cols] = torch.from_numpy(warped).to(dev)
+        frames[:, rows, cols] = to_uint8(boxes)
+        return frames
+
     if smoother is None:
         for start, stop, boxes, _ in pasted_chunks():
-            frames = full_frames(start, stop)
-            frames[:, rows, cols] = to_uint8(boxes)
-            yield frames
+            yield composed(start, boxes)
         return
     ready: list = []  # smoothed boxes waiting to fill a chunk
 
@@ -225,10 +245,7 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         while len(done) >= chunk_frames or (final and done):
             take = done[:chunk_frames]
             del done[:chunk_frames]
-            start = take[0][0]
-            frames = full_frames(start, start + len(take))
-            frames[:, rows, cols] = to_uint8(torch.stack([b for _, b in take]))
-            yield frames
+            yield composed(take[0][0], torch.stack([b for _, b in take]))
 
     for _, _, boxes, smooth_mask in pasted_chunks():
         ready += smoother.push(boxes, smooth_mask)
