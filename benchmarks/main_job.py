@@ -34,10 +34,10 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def main_job_command(out: Path, render: str) -> list[str]:
+def main_job_command(out: Path, render: str, extra: tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, "-m", "digital_human", "run", "--voice", str(DATA / "audio" / "spk_en_male_01.wav"),
             "--face", str(DATA / "image" / "face_02_male.png"), "--text", TEXT, "--out", str(out), "--json",
-            "--render", render]
+            "--render", render, *extra]
 
 
 def baseline_models_root(tmp: Path) -> Path:
@@ -53,7 +53,8 @@ def baseline_models_root(tmp: Path) -> Path:
     return root
 
 
-def run_once(out: Path, render: str, pythonpath: Path | None = None, models: Path | None = None) -> dict:
+def run_once(out: Path, render: str, pythonpath: Path | None = None, models: Path | None = None,
+             extra: tuple[str, ...] = ()) -> dict:
     env = dict(os.environ)
     if pythonpath is not None:  # a plain path entry wins over the editable install's finder
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
@@ -61,7 +62,7 @@ def run_once(out: Path, render: str, pythonpath: Path | None = None, models: Pat
         env["DIGITAL_HUMAN_MODELS"] = str(models)
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
-    done = subprocess.run(main_job_command(out, render), cwd=REPO.parent, capture_output=True, text=True, env=env)
+    done = subprocess.run(main_job_command(out, render, extra), cwd=REPO.parent, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"main job failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -75,22 +76,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", nargs="+", default=["headless"], choices=["headless", "nodes"])
     parser.add_argument("--json", type=Path)
     parser.add_argument("--baseline", type=Path, help="folder that holds an older checkout named digital_human")
+    parser.add_argument("--no-idle-motion-row", action="store_true",
+                        help="also time this checkout with --no-idle-motion (photos' blinks and head motion off)")
     args = parser.parse_args(argv)
     if REPO.name != "digital_human" and not (REPO.parent / "digital_human").exists():
         log("note: the pack is imported as `digital_human` from the installed package, not this checkout")
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        checkouts: dict[str, tuple[Path | None, Path | None]] = {"": (None, None)}
+        # label -> (PYTHONPATH entry, models root, extra CLI arguments)
+        checkouts: dict[str, tuple[Path | None, Path | None, tuple[str, ...]]] = {"": (None, None, ())}
+        if args.no_idle_motion_row:
+            checkouts["no idle motion "] = (None, None, ("--no-idle-motion",))
         if args.baseline is not None:
-            checkouts["baseline "] = (args.baseline, baseline_models_root(Path(tmp)))
-        for label, (path, models) in checkouts.items():
-            warm = run_once(Path(tmp) / "warm.mp4", args.render[0], path, models)
+            checkouts["baseline "] = (args.baseline, baseline_models_root(Path(tmp)), ())
+        for label, (path, models, extra) in checkouts.items():
+            warm = run_once(Path(tmp) / "warm.mp4", args.render[0], path, models, extra)
             log(f"{label}unrecorded first run (fits the voice if its cache was cold): {warm['wall_s']:.1f} s")
         runs_by_row: dict[str, list[dict]] = {}
         for i in range(args.repeats):  # interleaved, so a change of load hits both checkouts alike
             for render in args.render:
-                for label, (path, models) in checkouts.items():
-                    run = run_once(Path(tmp) / f"{render}_{i}.mp4", render, path, models)
+                for label, (path, models, extra) in checkouts.items():
+                    run = run_once(Path(tmp) / f"{render}_{i}.mp4", render, path, models, extra)
                     run["speech_s"] = float(run["report"]["audio_seconds"])  # the CLI's own report
                     run["rtf"] = run["wall_s"] / run["speech_s"]
                     log(f"{label}{render} run {i + 1}: {run['wall_s']:.1f} s wall, speech {run['speech_s']:.2f} s, "
