@@ -15,7 +15,9 @@ weights: sampled tokens vs eager (same seed), LM log-probabilities under teacher
 waveform on the same inputs. Per setting also: whether two calls with the same seed draw the same tokens, and for
 the CUDA-graphed LM step where its time goes (lm_step_profile: replay time by CUDA events, kernel count and
 kernel time by torch.profiler). "fast" draws its tokens on the GPU (other draws than eager for a seed);
-"fast_host_sampler" keeps the host sampler (the eager path's tokens).
+"fast_host_sampler" keeps the host sampler (the eager path's tokens). The LM step is the fused one
+(lm.StaticDecoder step="fused") unless the setting says otherwise: "fast_lm_reference_step" is the first
+version of the step, "fast_lm_gemv_linear" the fused step with its mat-vecs through cuBLAS (F.linear).
 
   python benchmarks/gpu_cosyvoice.py --device cuda --out benchmarks/results/gpu_cosyvoice_h200.json
   nice -n 10 python benchmarks/gpu_cosyvoice.py --device cpu --tokens 50 --repeats 1 --settings eager_fp32 \
@@ -79,7 +81,10 @@ def run_setting(name: str, folder: Path, device: str, args, state: dict, text_id
             "fast_host_sampler": FastPath(lm_device_sampling=False),
             "fast_nocompile": FastPath(lm_compile=False), "fast_lm_bf16": FastPath(lm_bf16=True),
             "fast_lm_bf16_host_sampler": FastPath(lm_bf16=True, lm_device_sampling=False),
-            "fast_hift_fp16": FastPath(hift_half=True)}[name]
+            "fast_hift_fp16": FastPath(hift_half=True),
+            "fast_lm_reference_step": FastPath(lm_step="reference"),
+            "fast_lm_gemv_reduce": FastPath(lm_gemv="reduce"),
+            "fast_lm_gemv_linear": FastPath(lm_gemv="linear")}[name]
     dev = torch.device(device)
     cuda = dev.type == "cuda"
     t0 = time.perf_counter()
@@ -121,6 +126,7 @@ def run_setting(name: str, folder: Path, device: str, args, state: dict, text_id
     if fast is not None:
         dec = rt._decoder
         result["lm_device_sampling"] = fast.lm_device_sampling
+        result["lm_step"], result["lm_gemv"] = fast.lm_step, fast.lm_gemv
         result["sampler_compiled"] = bool(dec is not None and dec.draw_compiled)
     for stage in ("lm_s", "flow_s", "hift_s"):
         result[stage] = pct([r[stage] for r in timed])
@@ -246,8 +252,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tokens", type=int, default=250, help="speech tokens per call (25 per second)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--settings", default="eager_fp32,fast,fast_host_sampler,fast_nocompile,fast_lm_bf16,"
-                        "eager_fp32_offload")
+    parser.add_argument("--settings", default="eager_fp32,fast,fast_host_sampler,fast_lm_reference_step,"
+                        "fast_lm_gemv_reduce,fast_lm_bf16,fast_nocompile,eager_fp32_offload")
     parser.add_argument("--no-stream", dest="stream", action="store_false")
     parser.add_argument("--folder", default="/tmp/cv-bench-release")
     parser.add_argument("--out", required=True)

@@ -151,3 +151,29 @@ def test_random_release_manifest_matches_reference_manifest(data, tmp_path):
         assert set(mine) == set(ref)
         assert all(torch.equal(mine[k], ref[k]) for k in ref)
     load_models(folder)
+
+
+def test_fused_step_equals_reference_step(models, data):
+    """The fused decode step (q/k/v and gate/up as one mat-vec, GQA on the 2-head cache) computes what the
+    reference step does, to float32 rounding; fusing leaves the LM's parameter values as they were (they
+    become row blocks of the fused matrices) and the eager path's tokens unchanged."""
+    args = _lm_inputs(data)
+    before = {k: v.clone() for k, v in models.lm.state_dict().items()}
+    reference = StaticDecoder(models.lm, capacity=128, step="reference")
+    fused = StaticDecoder(models.lm, capacity=128)
+    assert fused.step_kind == "fused" and fused.gemv == "linear"  # uncompiled: "reduce" falls back
+    assert all(torch.equal(v, before[k]) for k, v in models.lm.state_dict().items())
+    attn = models.lm.llm.model.model.layers[0].self_attn
+    w_qkv = fused._fused[0][0]
+    assert attn.v_proj.weight.untyped_storage().data_ptr() == w_qkv.untyped_storage().data_ptr()
+    assert StaticDecoder(models.lm, capacity=8, gemv="reduce").gemv == "linear"  # "reduce" only when compiled
+    tokens = data["out_lm_tokens"].tolist()
+    with torch.inference_mode():
+        emb = models.lm.prompt_embeddings(*args)
+        a = torch.stack([reference.prefill(emb)] + [reference.step(t) for t in tokens])
+        b = torch.stack([fused.prefill(emb)] + [fused.step(t) for t in tokens])
+    assert float((a - b).abs().max()) < 1e-5
+    assert list(models.lm.generate(*args, generator=torch.Generator().manual_seed(2024), decoder=fused)) == tokens
+    assert list(models.lm.generate(*args, generator=torch.Generator().manual_seed(2024))) == tokens
+    with pytest.raises(ValueError):
+        StaticDecoder(models.lm, capacity=8, step="other")

@@ -69,6 +69,11 @@ class FastPath:
       software. Off = the host sampler, whose tokens equal the FP32 eager path's for a seed.
     lm_readback: tokens drawn between the host's reads (each read is one sync; a stop token is seen at the
       next read, the steps after it are discarded).
+    lm_step: "fused" = the decode step with q/k/v and gate/up as one mat-vec each and grouped-query attention
+      on the 2-head cache; "reference" = the first version (the modules' 7 projections, SDPA with the cache
+      expanded to 14 heads by the compiler). Same math, results equal to FP32 rounding (lm.StaticDecoder).
+    lm_gemv: the fused step's weight mat-vecs: "reduce" (inductor reduction kernels; on the H200 ~0.25 ms per
+      step faster than cuBLAS' FP32 GEMVs, benchmarks/RESULTS.md) or "linear" (F.linear, cuBLAS).
     """
 
     lm_graph: bool = True
@@ -80,6 +85,8 @@ class FastPath:
     lm_capacity: int = 2560  # KV-cache slots: prompt + generated tokens; longer calls fall back to eager
     lm_device_sampling: bool = True
     lm_readback: int = 16
+    lm_step: str = "fused"
+    lm_gemv: str = "reduce"
 
 
 def default_folder() -> Path:
@@ -186,7 +193,8 @@ class CosyVoice2Runtime:
             lm = self.models.lm
             self._decoder = StaticDecoder(lm, self.fast.lm_capacity, compile=self.fast.lm_compile,
                                           sampling=lm.sampling if self.fast.lm_device_sampling else None,
-                                          readback=self.fast.lm_readback)
+                                          readback=self.fast.lm_readback, step=self.fast.lm_step,
+                                          gemv=self.fast.lm_gemv)
         return self._decoder
 
     def _flow_solver(self) -> FastCFM | None:

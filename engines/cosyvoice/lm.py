@@ -243,6 +243,31 @@ def _cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]  # transformers 5.x
 
 
+PV_CHUNKS = 32  # stages of the fused step's attention-weighted sum over the cache (see StaticDecoder._attend)
+
+
+def _fuse_rows(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One [sum of outs, in] weight (and bias) for linears that read the same input, so one mat-vec does the
+    work of several. The linears' parameters are then re-pointed at row blocks of it: the same values, so
+    the modules (and the eager path) compute exactly what they did, and the weights are not held twice.
+    Row blocks of a contiguous matrix are contiguous, so the modules' own GEMMs are unchanged too."""
+    has_bias = [m.bias is not None for m in linears]
+    if any(has_bias) and not all(has_bias):
+        raise ValueError("_fuse_rows: either all or none of the linears have a bias")
+    # outside inference mode: parameters must not become inference tensors (later autograd-mode use breaks)
+    with torch.inference_mode(False), torch.no_grad():
+        weight = torch.cat([m.weight.detach() for m in linears])
+        bias = torch.cat([m.bias.detach() for m in linears]) if all(has_bias) else None
+        start = 0
+        for m in linears:
+            rows = m.weight.shape[0]
+            m.weight.data = weight[start:start + rows]
+            if bias is not None:
+                m.bias.data = bias[start:start + rows]
+            start += rows
+    return weight, bias
+
+
 class StaticDecoder:
     """One-token decode steps of a SpeechLM on a fixed-size KV cache, replayed as one CUDA graph.
 
@@ -259,10 +284,25 @@ class StaticDecoder:
     writes it to self.token (the next replay's input) and to self.drawn[step]: a whole generation then
     runs without the host reading anything until it asks (generate reads every `readback` steps). The
     draws use uniforms filled per generation from a device generator seeded by the caller's generator.
+
+    step: "fused" (default) or "reference". Both are the same math on the same weights (FP32 results equal
+    to rounding). "reference" is the first version: the modules' own projections (7 mat-vecs per layer) and
+    scaled_dot_product_attention, which inductor lowers by copying the 2 K/V heads out to the 14 query
+    heads (most of its attention time). "fused": q/k/v as one mat-vec and gate/up as one (the LM's
+    weights are re-stored as row blocks of one matrix per layer, see _fuse_rows: no second copy), and
+    grouped-query attention written against the 2-head cache directly (each K/V head serves its 7 query
+    heads as a broadcast, nothing expanded). gemv: "linear" = the weight mat-vecs through F.linear (cuBLAS),
+    "reduce" = written as a multiply and a row sum, which inductor turns into its own reduction kernels
+    (only with compile; uncompiled it would materialize the products, so it falls back to "linear").
     """
 
     def __init__(self, lm: SpeechLM, capacity: int = 2560, cuda_graph: bool | None = None,
-                 compile: bool = False, sampling: SamplingConfig | None = None, readback: int = 16) -> None:
+                 compile: bool = False, sampling: SamplingConfig | None = None, readback: int = 16,
+                 step: str = "fused", gemv: str = "reduce") -> None:
+        if step not in ("fused", "reference"):
+            raise ValueError(f"step must be 'fused' or 'reference', not {step!r}")
+        if gemv not in ("linear", "reduce"):
+            raise ValueError(f"gemv must be 'linear' or 'reduce', not {gemv!r}")
         qwen = lm.llm.model.model
         cfg = qwen.config
         if getattr(cfg, "use_sliding_window", False):
@@ -272,6 +312,7 @@ class StaticDecoder:
         self.sampling, self.readback = sampling, max(1, int(readback))
         self.device, self.dtype = weight.device, weight.dtype
         self.kv_heads = cfg.num_key_value_heads
+        self.q_heads = cfg.num_attention_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         shape = (1, self.kv_heads, self.capacity, self.head_dim)
         self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in qwen.layers]
@@ -292,14 +333,23 @@ class StaticDecoder:
         self.end_of_speech = torch.arange(vocab, device=self.device) == lm.speech_token_size
         self.graph: torch.cuda.CUDAGraph | None = None
         self.out: torch.Tensor | None = None
-        self._fn = self._forward
+        self.step_kind = step
+        self.gemv = gemv if compile else "linear"
+        self._fused: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
+        if step == "fused":
+            for layer in qwen.layers:
+                attn, mlp = layer.self_attn, layer.mlp
+                w_qkv, b_qkv = _fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])
+                w_gu, _ = _fuse_rows([mlp.gate_proj, mlp.up_proj])
+                self._fused.append((w_qkv, b_qkv, w_gu))
+        self._fn = self._forward_fused if step == "fused" else self._forward
         self._draw_fn = self._draw
         self.draw_compiled = False
         if compile:
             # Why: even replayed from a graph, ~40 small kernels per layer cost ~2-3 us each on the GPU;
             # inductor fuses the norms, rotary and residual adds. Compiled here (first call), captured below.
             try:
-                fn = torch.compile(self._forward, dynamic=False)
+                fn = torch.compile(self._fn, dynamic=False)
                 self.pos.zero_()
                 fn()
                 self._fn = fn
@@ -358,6 +408,69 @@ class StaticDecoder:
             x = x + attn.o_proj(o.transpose(1, 2).reshape(1, 1, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         logits = self.lm.llm_decoder(self.qwen.norm(x))
+        self.pos.add_(1)  # inside the graph: the next replay writes the next slot
+        return logits.float().log_softmax(dim=-1)[0, 0]
+
+    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [1, 1, in] times weight [out, in]^T (+ bias): the mat-vec of every projection in the fused step."""
+        if self.gemv == "linear":
+            return F.linear(x, weight, bias)
+        # Why a multiply and a row sum: inductor compiles it into one reduction kernel reading each weight row
+        # once (coalesced along `in`), with the input's producer (norm, activation) fused into its loads,
+        # instead of a cuBLAS GEMV call; the sum runs in float32 whatever the weights' dtype.
+        y = (x.reshape(1, -1).float() * weight.float()).sum(dim=-1)
+        if bias is not None:
+            y = y + bias.float()
+        return y.to(x.dtype).view(1, 1, -1)
+
+    def _attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, visible: torch.Tensor,
+                scale: float) -> torch.Tensor:
+        """Grouped-query attention of one token. q [1, q_heads, 1, d]; caches [1, kv_heads, L, d]; visible [L].
+        Query head h uses K/V head h // group (transformers' repeat_kv order), so q viewed as
+        [kv_heads, group, d] lines up with the cache's heads and broadcasting does the sharing: no expanded
+        copy of the cache. Written as multiplies and sums (not matmul) so that inductor emits reduction
+        kernels over the cache (cuBLAS' batched GEMVs for these shapes were slow in the reference step's
+        profile); scores and softmax in float32, as the math SDPA backend."""
+        group = self.q_heads // self.kv_heads
+        qg = q.reshape(self.kv_heads, group, 1, self.head_dim).float()
+        keys, values = k_cache[0].float(), v_cache[0].float()  # [kv_heads, L, d]
+        scores = (qg * keys[:, None]).sum(dim=-1) * scale  # [kv_heads, group, L]
+        scores = torch.where(visible, scores, -float("inf"))
+        probs = scores.softmax(dim=-1)
+        # The weighted sum over the L slots in two stages (chunks of L, then the chunk sums): as one sum,
+        # inductor gives each of only kv_heads * group * d = 896 outputs a serial loop over 2560 slots
+        # (0.40 ms of a 1.40 ms step on the H200); chunked, the first stage has PV_CHUNKS times the outputs.
+        length = values.shape[1]
+        chunks = PV_CHUNKS if length % PV_CHUNKS == 0 else 1
+        weighted = probs[..., None] * values[:, None]  # [kv_heads, group, L, d]
+        out = weighted.view(self.kv_heads, group, chunks, length // chunks, self.head_dim).sum(dim=-2).sum(dim=-2)
+        return out.to(q.dtype).reshape(1, 1, -1)
+
+    def _forward_fused(self) -> torch.Tensor:
+        """The step of _forward with q/k/v and gate/up as one mat-vec each and GQA on the 2-head cache."""
+        from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
+
+        x = self.embed
+        cos, sin = self.qwen.rotary_emb(x, self.pos.view(1, 1))
+        visible = self.positions <= self.pos  # later slots hold stale values
+        d = self.head_dim
+        sizes = [self.q_heads * d, self.kv_heads * d, self.kv_heads * d]
+        for layer, (w_qkv, b_qkv, w_gu), k_cache, v_cache in zip(self.qwen.layers, self._fused, self.keys,
+                                                                  self.values):
+            attn, mlp = layer.self_attn, layer.mlp
+            q, k, v = self._linear(layer.input_layernorm(x), w_qkv, b_qkv).split(sizes, dim=-1)
+            q = q.view(1, 1, -1, d).transpose(1, 2)
+            k = k.view(1, 1, -1, d).transpose(1, 2)
+            v = v.view(1, 1, -1, d).transpose(1, 2)
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            k_cache.index_copy_(2, self.pos, k)
+            v_cache.index_copy_(2, self.pos, v)
+            o = self._attend(q, k_cache, v_cache, visible, attn.scaling)
+            x = x + self._linear(o, attn.o_proj.weight, attn.o_proj.bias)
+            gate, up = self._linear(layer.post_attention_layernorm(x), w_gu, None).chunk(2, dim=-1)
+            x = x + self._linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        head = self.lm.llm_decoder
+        logits = self._linear(self.qwen.norm(x), head.weight, head.bias)
         self.pos.add_(1)  # inside the graph: the next replay writes the next slot
         return logits.float().log_softmax(dim=-1)[0, 0]
 
