@@ -17,7 +17,9 @@ the CUDA-graphed LM step where its time goes (lm_step_profile: replay time by CU
 kernel time by torch.profiler). "fast" draws its tokens on the GPU (other draws than eager for a seed);
 "fast_host_sampler" keeps the host sampler (the eager path's tokens). The LM step is the fused one
 (lm.StaticDecoder step="fused") unless the setting says otherwise: "fast_lm_reference_step" is the first
-version of the step, "fast_lm_gemv_linear" the fused step with its mat-vecs through cuBLAS (F.linear).
+version of the step, "fast_lm_gemv_linear" the fused step with its mat-vecs through cuBLAS (F.linear),
+"fast_run4" the fast path of run 4 (HiFT's source noise drawn inline, not during the flow); with it in the
+settings, every setting's tokens and last waveform are compared with its (same seed).
 
   python benchmarks/gpu_cosyvoice.py --device cuda --out benchmarks/results/gpu_cosyvoice_h200.json
   nice -n 10 python benchmarks/gpu_cosyvoice.py --device cpu --tokens 50 --repeats 1 --settings eager_fp32 \
@@ -72,7 +74,8 @@ def sync(torch, device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_setting(name: str, folder: Path, device: str, args, state: dict, text_ids: list[int]) -> tuple[dict, list]:
+def run_setting(name: str, folder: Path, device: str, args, state: dict, text_ids: list[int],
+                waves: dict | None = None) -> tuple[dict, list]:
     import torch
 
     from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath
@@ -84,7 +87,8 @@ def run_setting(name: str, folder: Path, device: str, args, state: dict, text_id
             "fast_hift_fp16": FastPath(hift_half=True),
             "fast_lm_reference_step": FastPath(lm_step="reference"),
             "fast_lm_gemv_reduce": FastPath(lm_gemv="reduce"),
-            "fast_lm_gemv_linear": FastPath(lm_gemv="linear")}[name]
+            "fast_lm_gemv_linear": FastPath(lm_gemv="linear"),
+            "fast_run4": FastPath(hift_prefetch=False)}[name]
     dev = torch.device(device)
     cuda = dev.type == "cuda"
     t0 = time.perf_counter()
@@ -107,6 +111,8 @@ def run_setting(name: str, folder: Path, device: str, args, state: dict, text_id
         if cuda:
             row["peak_gpu_mib"] = torch.cuda.max_memory_allocated(dev) / 2 ** 20
         rows.append(row)
+        if waves is not None:
+            waves[name] = wave  # the last call's waveform (same seed every call): compared between settings
         print(f"  {name} {'warm-up' if i == 0 else 'run'}: {json.dumps({k: round(v, 4) for k, v in row.items()})}",
               flush=True)
     # the tokens of two seeded calls (the token comparison between settings; determinism)
@@ -290,10 +296,11 @@ def main() -> None:
               "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
               "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
               "settings": {}}
-    tokens = {}
+    tokens, waves = {}, {}
     for name in args.settings.split(","):
         try:
-            report["settings"][name], tokens[name] = run_setting(name, folder, args.device, args, state, text_ids)
+            report["settings"][name], tokens[name] = run_setting(name, folder, args.device, args, state, text_ids,
+                                                                 waves)
         except Exception as exc:  # noqa: BLE001 - one broken setting must not lose the others' numbers
             import traceback
 
@@ -308,6 +315,13 @@ def main() -> None:
             diff = [i for i, (a, b) in enumerate(zip(ref, seq)) if a != b]
             report["settings"][name]["tokens_differing_from_eager"] = len(diff) + abs(len(ref) - len(seq))
             report["settings"][name]["first_differing_token"] = diff[0] if diff else None
+    if "fast_run4" in tokens:  # the run-4 fast path (HiFT draws inline): same seed, same tokens and waveform?
+        ref, ref_wave = tokens["fast_run4"], waves.get("fast_run4")
+        for name, seq in tokens.items():
+            r = report["settings"][name]
+            r["same_tokens_as_fast_run4"] = seq == ref
+            if ref_wave is not None and name in waves and waves[name].shape == ref_wave.shape:
+                r["wave_max_abs_vs_fast_run4"] = float(np.abs(waves[name] - ref_wave).max())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"| setting | RTF median (min-max) | wall s | LM s | flow s | HiFT s | TTFA ms | peak GPU MiB | tokens != eager |")

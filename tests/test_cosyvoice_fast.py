@@ -18,7 +18,7 @@ pytest.importorskip("transformers", reason="CosyVoice 2 needs the optional extra
 
 from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath  # noqa: E402
 from digital_human.engines.cosyvoice.flow import FastCFM  # noqa: E402
-from digital_human.engines.cosyvoice.hift import without_weight_norm  # noqa: E402
+from digital_human.engines.cosyvoice.hift import draw_source, without_weight_norm  # noqa: E402
 from digital_human.engines.cosyvoice.lm import StaticDecoder  # noqa: E402
 from digital_human.engines.cosyvoice.parity import write_release_from_fixture  # noqa: E402
 from digital_human.engines.cosyvoice.random_release import write_random_release  # noqa: E402
@@ -103,6 +103,24 @@ def test_folded_hift_equals_weight_normed(models, data):
     assert torch.equal(models.hift.inference(mel, generator=torch.Generator().manual_seed(99)), ref)
 
 
+def test_source_draws_made_ahead_equal_drawn_inline(models, data):
+    """hift.draw_source: the same start phases and noise as SineSource draws itself, the generator left alike."""
+    mel = torch.from_numpy(data["out_flow_mel"])
+    folded = without_weight_norm(models.hift)
+    for seed, warm in ((99, 0), (5, 3)):  # warm: odd normal draws before, so a cached Box-Muller value is pending
+        g_ref, g_ahead = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        for g in (g_ref, g_ahead):
+            torch.empty(warm).normal_(generator=g)
+        ref = folded.inference(mel, generator=g_ref)
+        draws = draw_source(g_ahead, mel.shape[2], harmonics=models.hift.cfg.nb_harmonics)
+        out = folded.inference(mel, generator=None, draws=draws)
+        assert torch.equal(out, ref)
+        assert torch.equal(g_ref.get_state(), g_ahead.get_state())
+        assert torch.equal(torch.randn(7, generator=g_ref), torch.randn(7, generator=g_ahead))
+    with pytest.raises(ValueError):  # drawn for another length: refused, not silently other noise
+        folded.inference(mel, draws=draw_source(torch.Generator().manual_seed(1), mel.shape[2] + 1))
+
+
 def _state(runtime: CosyVoice2Runtime) -> dict[str, np.ndarray]:
     t = np.arange(24000 * 2) / 24000
     wave = (0.3 * np.sin(2 * np.pi * 150 * t) + 0.01 * np.random.default_rng(1).standard_normal(t.size)).astype(np.float32)
@@ -133,6 +151,15 @@ def test_runtime_fast_path_and_stream_on_cpu(folder):
     c, n_c = dev.speak(ids, state, torch.Generator().manual_seed(13), min_tokens=30, max_tokens=30)
     d, _ = dev.speak(ids, state, torch.Generator().manual_seed(13), min_tokens=30, max_tokens=30)
     assert n_c == 30 and np.array_equal(c, d)
+    # HiFT's source draws made in a thread during the flow (hift_prefetch, the default) vs inline: same
+    # waveform, and the generator left in the same state (the next chunk of a text draws from it)
+    inline = CosyVoice2Runtime(folder, "cpu", fast=FastPath(lm_compile=False, flow_half=False, hift_prefetch=False))
+    g_pre, g_inl = torch.Generator().manual_seed(13), torch.Generator().manual_seed(13)
+    e, _ = inline.speak(ids, state, g_inl, min_tokens=30, max_tokens=30)
+    assert np.array_equal(c, e)
+    dev.speak(ids, state, g_pre, min_tokens=30, max_tokens=30)
+    assert torch.equal(g_pre.get_state(), g_inl.get_state())
+    assert dev._drawer is not None and inline._drawer is None
     pieces = list(dev.speak_stream(ids, state, torch.Generator().manual_seed(13), hop_tokens=10,
                                    min_tokens=30, max_tokens=30))
     assert len(pieces) == 3 and sum(p.size for p in pieces) == c.size

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,7 +26,7 @@ from ..loader import get as get_runner
 from ..spec import ModelSpec
 from .features import kaldi_fbank, prompt_mel, whisper_log_mel
 from .flow import FastCFM
-from .hift import without_weight_norm
+from .hift import SourceDraws, draw_source, without_weight_norm
 from .lm import StaticDecoder
 from .release import LICENSE, RELEASE_NAME, check_release, load_models
 
@@ -74,6 +75,10 @@ class FastPath:
       expanded to 14 heads by the compiler). Same math, results equal to FP32 rounding (lm.StaticDecoder).
     lm_gemv: the fused step's weight mat-vecs: "reduce" (inductor reduction kernels; on the H200 ~0.25 ms per
       step faster than cuBLAS' FP32 GEMVs, benchmarks/RESULTS.md) or "linear" (F.linear, cuBLAS).
+    hift_prefetch: HiFT's sine-source random numbers (start phases and ~2 M normal draws per 10 s, a serial
+      CPU loop of ~50 ms) drawn in a background thread while the GPU runs the flow, from the same generator
+      in the same order (hift.draw_source): the same numbers, the generator left in the same state.
+      `speak` only (streamed pieces draw as they go).
     """
 
     lm_graph: bool = True
@@ -87,6 +92,7 @@ class FastPath:
     lm_readback: int = 16
     lm_step: str = "fused"
     lm_gemv: str = "reduce"
+    hift_prefetch: bool = True
 
 
 def default_folder() -> Path:
@@ -123,6 +129,7 @@ class CosyVoice2Runtime:
         self.hift = without_weight_norm(self.models.hift) if fast is not None else self.models.hift
         self._decoder: StaticDecoder | None = None
         self._solver: FastCFM | None = None
+        self._drawer: ThreadPoolExecutor | None = None  # one worker: HiFT's source draws (hift_prefetch)
         if not self.offload:
             for module in (self.models.lm, self.models.flow, self.hift):
                 module.to(self.device)
@@ -224,8 +231,24 @@ class CosyVoice2Runtime:
         return self.models.flow.inference(token, x["prompt_token"], x["prompt_feat"], x["embedding"],
                                           solver=self._flow_solver())
 
-    def _wave(self, mel: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return self.hift.inference(mel, generator=generator, half=self.fast is not None and self.fast.hift_half)
+    def _wave(self, mel: torch.Tensor, generator: torch.Generator, draws: SourceDraws | None = None) -> torch.Tensor:
+        return self.hift.inference(mel, generator=generator, half=self.fast is not None and self.fast.hift_half,
+                                   draws=draws)
+
+    def _prefetch_draws(self, generator: torch.Generator, frames: int) -> Future | None:
+        """Start drawing HiFT's source randoms for `frames` mel frames (FastPath.hift_prefetch), or None.
+
+        Safe only while nothing else draws from `generator` until the result is taken: in `speak` the
+        flow, which runs meanwhile, uses no generator. torch's CPU draw releases the GIL, so the thread
+        runs beside the main thread's flow launches."""
+        if self.fast is None or not self.fast.hift_prefetch:
+            return None
+        if self._drawer is None:
+            self._drawer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cosyvoice-hift-draws")
+        cfg = self.hift.cfg
+        samples = int(np.prod(cfg.upsample_rates)) * cfg.hop_len
+        return self._drawer.submit(draw_source, generator, frames, 1, cfg.nb_harmonics, samples,
+                                   self.device.type == "cuda")
 
     @torch.inference_mode()
     def speak(self, text_ids: list[int], state: dict[str, np.ndarray], generator: torch.Generator,
@@ -238,12 +261,15 @@ class CosyVoice2Runtime:
             tokens = list(self._tokens(x, generator, **limits))
         if not tokens:
             return np.zeros(0, np.float32), 0
+        ratio = self.models.flow.cfg.token_mel_ratio
+        frames = ratio * len(tokens) if speed == 1.0 else max(1, int(ratio * len(tokens) / speed))
+        draws = self._prefetch_draws(generator, frames)
         with self._stage("flow_s", self.models.flow, timings):
             mel = self._mel(tokens, x)
             if speed != 1.0:
                 mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / speed)), mode="linear")
         with self._stage("hift_s", self.hift, timings):
-            wave = self._wave(mel, generator)[0].float().cpu().numpy()
+            wave = self._wave(mel, generator, draws.result() if draws is not None else None)[0].float().cpu().numpy()
         return wave, len(tokens)
 
     @torch.inference_mode()

@@ -65,12 +65,18 @@ class SineSource(nn.Module):
         self.amp, self.noise_std, self.voiced_threshold = amp, noise_std, voiced_threshold
         self.l_linear = nn.Linear(harmonics + 1, 1)
 
-    def forward(self, f0: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """f0 [B, L, 1] at audio rate -> excitation [B, L, 1]. Random draws: start phases, then noise."""
+    def forward(self, f0: torch.Tensor, generator: torch.Generator | None,
+                draws: "SourceDraws | None" = None) -> torch.Tensor:
+        """f0 [B, L, 1] at audio rate -> excitation [B, L, 1]. Random draws: start phases, then noise
+        (from `generator`, or taken from `draws` made beforehand by draw_source with the same generator)."""
         mult = torch.arange(1, self.harmonics + 2, dtype=torch.float32, device=f0.device).view(1, 1, -1)
         fn = f0 * mult
         rad = (fn / self.sample_rate) % 1
-        start = torch.rand(fn.shape[0], fn.shape[2], generator=generator).to(fn.device)
+        if draws is not None and tuple(draws.start.shape) != (fn.shape[0], fn.shape[2]):
+            raise ValueError(f"source draws for {tuple(draws.start.shape)} (batch, harmonics), need "
+                             f"{(fn.shape[0], fn.shape[2])}")
+        start = (draws.start if draws is not None
+                 else torch.rand(fn.shape[0], fn.shape[2], generator=generator)).to(fn.device)
         start[:, 0] = 0
         rad[:, 0, :] = rad[:, 0, :] + start
         rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / self.upsample, mode="linear").transpose(1, 2)
@@ -83,10 +89,45 @@ class SineSource(nn.Module):
         # Drawn into a tensor laid out like `sines` (transposed, non-contiguous), as the released code's
         # randn_like does: torch fills such tensors with another algorithm than contiguous ones, and
         # the same seed must give the same excitation.
-        draw = torch.empty_strided(sines.shape, sines.stride(), dtype=sines.dtype).normal_(generator=generator)
-        noise = noise_amp * draw.to(sines.device)  # drawn on the CPU: the same on every device
+        if draws is None:
+            draw = torch.empty_strided(sines.shape, sines.stride(), dtype=sines.dtype).normal_(generator=generator)
+        else:
+            draw = draws.noise
+            # the same values only if drawn into the same shape and layout (the fill order follows the layout)
+            if draw.shape != sines.shape or draw.stride() != sines.stride():
+                raise ValueError(f"source noise drawn as {tuple(draw.shape)}/{draw.stride()}, "
+                                 f"the excitation is {tuple(sines.shape)}/{sines.stride()}")
+        # drawn on the CPU: the same on every device (a pinned draw is copied without blocking the host)
+        noise = noise_amp * draw.to(sines.device, non_blocking=draw.is_pinned())
         sines = sines * uv + noise
         return torch.tanh(self.l_linear(sines))
+
+
+@dataclass(frozen=True)
+class SourceDraws:
+    """The sine source's random numbers for one utterance, drawn ahead of HiFT (draw_source)."""
+
+    start: torch.Tensor  # [B, harmonics + 1] start phases (CPU)
+    noise: torch.Tensor  # [B, samples, harmonics + 1] standard normal, laid out like the excitation (CPU)
+
+
+def draw_source(generator: torch.Generator | None, frames: int, batch: int = 1, harmonics: int = 8,
+                samples_per_frame: int = 480, pin: bool = False) -> SourceDraws:
+    """The draws SineSource.forward makes for a mel of `frames` frames, in its order (start phases, then
+    noise) from the same generator, so that the values and the generator's state after are the same.
+
+    Why: the noise is drawn on the CPU into a non-contiguous tensor (SineSource.forward says why), which
+    torch fills with a serial per-element loop: ~50 ms for 10 s of audio, most of HiFT's time on a GPU.
+    Drawn beforehand (engine.CosyVoice2Runtime: in a thread while the GPU runs the flow), it costs nothing
+    on the critical path. pin: page-locked, so the copy to the GPU does not block the host."""
+    channels, samples = harmonics + 1, frames * samples_per_frame
+    start = torch.rand(batch, channels, generator=generator)
+    # the excitation's layout: [B, channels, samples] contiguous, viewed as [B, samples, channels]
+    draw = torch.empty(batch, channels, samples).transpose(1, 2)
+    if pin and torch.cuda.is_available():
+        draw = draw.pin_memory()
+    draw.normal_(generator=generator)
+    return SourceDraws(start=start, noise=draw)
 
 
 @dataclass(frozen=True)
@@ -170,14 +211,15 @@ class HiFT(nn.Module):
 
     @torch.inference_mode()
     def inference(self, mel: torch.Tensor, generator: torch.Generator | None = None,
-                  half: bool = False) -> torch.Tensor:
-        """mel [1, 80, T] -> waveform [1, T * 480]. `generator` drives the source's random phases/noise.
+                  half: bool = False, draws: SourceDraws | None = None) -> torch.Tensor:
+        """mel [1, 80, T] -> waveform [1, T * 480]. `generator` drives the source's random phases/noise;
+        draws: those random numbers made beforehand (draw_source(generator, T, ...)), then `generator` is unused.
 
         half (CUDA only): the upsampler's convolutions under FP16 autocast. F0 and the sine source stay
         float32: their phase is integrated over the whole utterance, where FP16 rounding would drift."""
         f0 = self.f0_predictor(mel)
         f0_audio = F.interpolate(f0[:, None], scale_factor=float(self.upsample_total), mode="nearest").transpose(1, 2)
-        source = self.m_source(f0_audio, generator).transpose(1, 2)
+        source = self.m_source(f0_audio, generator, draws).transpose(1, 2)
         with torch.autocast("cuda", dtype=torch.float16, enabled=half and mel.device.type == "cuda"):
             return self._decode(mel, source)
 
