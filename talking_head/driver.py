@@ -117,6 +117,17 @@ class GeneratedCrops:
         masks = {int(r): self.mask(int(r)) for r in np.unique(self.idx)}
         return replace(self, crops=crops, landmarks=landmarks, masks=masks, render=None, mask_of=None)
 
+    def finished(self, streaming: bool, progress: Callable[[int, int], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None, batch: int = 64,
+                 timing: str = "generate") -> "GeneratedCrops":
+        """What a model returns: itself when `streaming` (crops made while the video renders), else every
+        crop made now (materialized), the time that took recorded under timings[timing]."""
+        if streaming:
+            return self
+        t0 = time.perf_counter()
+        gen = self.materialized(progress=progress, should_stop=should_stop, batch=batch)
+        return replace(gen, timings={**gen.timings, timing: time.perf_counter() - t0})
+
     def output_track(self, frames: np.ndarray) -> FaceTrack:
         """The DH_FACES of the output: the scheduled reference arrays with `frames` (the pasted output),
         the generated crops and the output landmarks."""

@@ -9,7 +9,6 @@ runs through the engine loader (TensorRT / torch CUDA FP16 / ONNX Runtime) in ba
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -154,12 +153,7 @@ def clone_crops(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, s
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"{runner.backend} {runner.precision}", timings=timings, warnings=warnings,
                          render=renderer.render, mask_of=renderer.mask)
-    if streaming:
-        return gen
-    t2 = time.perf_counter()
-    gen = gen.materialized(progress=progress, should_stop=should_stop, batch=max(batch_size, 1))
-    timings["generate"] = time.perf_counter() - t2
-    return replace(gen, timings=timings)
+    return gen.finished(streaming, progress, should_stop, batch=max(batch_size, 1))
 
 
 def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, sample_rate: int,

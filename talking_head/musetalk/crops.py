@@ -18,7 +18,6 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -222,12 +221,7 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,
                          render=renderer.render, mask_of=renderer.mask)
-    if streaming:
-        return gen
-    t2 = time.perf_counter()
-    gen = gen.materialized(progress=progress, should_stop=should_stop, batch=max(batch_size, 16))
-    timings["generate"] = time.perf_counter() - t2
-    return replace(gen, timings=timings)
+    return gen.finished(streaming, progress, should_stop, batch=max(batch_size, 16))
 
 
 def iter_musetalk_chunks(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,

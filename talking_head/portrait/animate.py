@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -120,12 +119,7 @@ def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=backend, timings=timings, warnings=warnings, render=renderer.render,
                          mask_of=renderer.mask)
-    if streaming:
-        return gen
-    t1 = time.perf_counter()
-    gen = gen.materialized(progress=progress, should_stop=should_stop, batch=batch_size)
-    timings["render"] = time.perf_counter() - t1
-    return replace(gen, timings=timings)
+    return gen.finished(streaming, progress, should_stop, batch=batch_size, timing="render")
 
 
 def _drive(wave: np.ndarray, rate: int, fps: float, n_out: int, phones: Sequence[Any] | None) -> MouthParams:
