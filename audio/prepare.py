@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .decode import AudioInputError, EmptyAudioError, decode_audio
+from .filters import bandpass, running_mean, running_min
 
 __all__ = [
     "PreparedAudio",
@@ -172,25 +173,21 @@ class _Vad:
 
 
 def _detect_speech(x: np.ndarray, sr: int) -> _Vad:
-    from scipy.ndimage import minimum_filter1d, uniform_filter1d
-    from scipy.signal import butter, sosfilt
-
     frame, hop = int(round(_FRAME_S * sr)), int(round(_HOP_S * sr))
     # Decide on the 150-3500 Hz band, where voiced speech has most of its energy: rumble, hum
     # and hiss outside it only hide speech (about +4 dB of separation on white-noise recordings).
-    sos = butter(4, [150.0, min(3500.0, 0.45 * sr)], btype="bandpass", fs=sr, output="sos")
-    db = _frame_db(sosfilt(sos, x), frame, hop)
+    db = _frame_db(bandpass(x, sr, 150.0, min(3500.0, 0.45 * sr), order=4), frame, hop)
     rel = db - db.max()
     valid = rel > _DIGITAL_SILENCE_DB
     if not valid.any():
         return _Vad(np.zeros_like(rel, bool), rel, 0.0, None, float(db.max()))
     speech_level = float(np.percentile(rel[valid], 95))
     global_floor = float(np.percentile(rel[valid], 10))
-    smooth = uniform_filter1d(rel, size=5, mode="nearest")
+    smooth = running_mean(rel, 5)
     win = max(3, int(_FLOOR_WINDOW_S / _HOP_S))
     # Running minimum follows a noise floor that changes over the recording; the global 10th
     # percentile keeps runs of exact digital silence from dragging it down to -inf.
-    floor = np.maximum(minimum_filter1d(smooth, size=win, mode="nearest"), global_floor)
+    floor = np.maximum(running_min(smooth, win), global_floor)
     margin = np.maximum(_MIN_MARGIN_DB, _MARGIN_FRACTION * (speech_level - floor))
     thresh = np.maximum(floor + margin, speech_level - _MAX_BELOW_SPEECH_DB)
     mask = rel > thresh

@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 import unicodedata
 
-import cn2an
-
 _DIGITS = "零一二三四五六七八九"
 _CURRENCY_PREFIX = {"¥": "元", "￥": "元", "$": "美元", "US$": "美元", "€": "欧元", "£": "英镑",
                     "₩": "韩元", "₹": "卢比", "HK$": "港元"}
@@ -34,6 +32,8 @@ _NUM = r"\d+(?:,\d{3})*(?:\.\d+)?"
 
 def cardinal(s: str) -> str:
     """'2024' -> '两千零二十四', '-3.5' -> '负三点五', '1,000' -> '一千'."""
+    import cn2an  # imported when a number is read: 0.2 s that English-only runs need not pay
+
     s = s.replace(",", "")
     out = cn2an.an2cn(s, "low")
     # Spoken Mandarin says 两 before a leading 百/千/万/亿 (两千, 两万), 二 elsewhere.
