@@ -190,6 +190,27 @@ class LazyCrops:
         self._cache.move_to_end(t)
         return hit
 
+    def many(self, idx, device=None) -> np.ndarray:
+        """uint8 [B, S, S, 3]: the crops of frames `idx`, the ones not kept yet made together on a torch
+        `device` when one is given (warp_torch.crop_frames_torch: one upload, no per-frame CPU warp),
+        else one at a time as crop()."""
+        idx = [int(t) + (len(self) if t < 0 else 0) for t in np.asarray(idx, np.int64).reshape(-1)]
+        if device is not None:
+            misses = [t for t in dict.fromkeys(idx) if t not in self._cache]
+            if misses:
+                from .warp_torch import crop_frames_torch
+
+                made = crop_frames_torch(self.frames[misses], self.affines[misses], self.crop_size, device)
+                for t, crop in zip(misses, made.cpu().numpy()):
+                    crop.flags.writeable = False
+                    self._cache[t] = crop
+        out = np.empty((len(idx), self.crop_size, self.crop_size, 3), np.uint8)
+        for i, t in enumerate(idx):
+            out[i] = self.crop(t)
+        while len(self._cache) > self._keep:
+            self._cache.popitem(last=False)
+        return out
+
     def __getitem__(self, key):
         if isinstance(key, (int, np.integer)):
             return self.crop(int(key))

@@ -63,26 +63,42 @@ def _check_image(image: np.ndarray, name: str = "image") -> np.ndarray:
     return image
 
 
-def warp_affine(image: np.ndarray, out_to_in: np.ndarray, out_size: int, border: str) -> np.ndarray:
-    """Sample an out_size x out_size float32 image (0..255) through a 2x3 affine map.
-
-    `out_to_in` maps continuous output coordinates (pixel centres at +0.5) to continuous input
-    coordinates. `border`: "zero" (black, like MediaPipe's letterbox) or "replicate" (edge pixels,
-    like its face crop).
-    """
-    h, w = image.shape[:2]
+def input_region(shape: tuple[int, ...], out_to_in: np.ndarray, out_size: int
+                 ) -> tuple[tuple[int, int, int, int], int, np.ndarray]:
+    """((rx0, ry0, rx1, ry1), k, m) for warp_affine: the part of an image of `shape` the crop can touch
+    (+1 px for the bilinear neighbours), the box pre-filter's block size k (1 = none) and the map
+    from output coordinates into that region (before any pre-filter). Host float64, shared by the
+    numpy and the torch (warp_torch) samplers so both take the same integer decisions."""
+    h, w = shape[:2]
     m = np.asarray(out_to_in, dtype=np.float64)
     corners = m @ np.array([[0, out_size, 0, out_size], [0, 0, out_size, out_size], [1, 1, 1, 1]], float)
-    # cut the part of the image the crop can touch (+1 px for the bilinear neighbours)
     rx0 = int(np.clip(math.floor(corners[0].min()) - 1, 0, w - 1))
     ry0 = int(np.clip(math.floor(corners[1].min()) - 1, 0, h - 1))
     rx1 = int(np.clip(math.ceil(corners[0].max()) + 1, rx0 + 1, w))
     ry1 = int(np.clip(math.ceil(corners[1].max()) + 1, ry0 + 1, h))
-    region = image[ry0:ry1, rx0:rx1]
     m = m.copy()
     m[:, 2] -= (rx0, ry0)
     k = int(math.sqrt(abs(np.linalg.det(m[:, :2]))))  # input px per output px
-    if k >= 2 and region.shape[0] >= k and region.shape[1] >= k:
+    if not (k >= 2 and ry1 - ry0 >= k and rx1 - rx0 >= k):
+        k = 1
+    return (rx0, ry0, rx1, ry1), k, m
+
+
+def warp_affine(image: np.ndarray, out_to_in: np.ndarray, out_size: int, border: str, device=None):
+    """Sample an out_size x out_size float32 image (0..255) through a 2x3 affine map.
+
+    `out_to_in` maps continuous output coordinates (pixel centres at +0.5) to continuous input
+    coordinates. `border`: "zero" (black, like MediaPipe's letterbox) or "replicate" (edge pixels,
+    like its face crop). device: a torch CUDA device to sample there (warp_torch: the same float32
+    arithmetic, a torch tensor back, for runners that take device tensors); None = numpy.
+    """
+    (rx0, ry0, rx1, ry1), k, m = input_region(image.shape, out_to_in, out_size)
+    region = image[ry0:ry1, rx0:rx1]
+    if device is not None:
+        from .warp_torch import warp_region
+
+        return warp_region(region, m, k, out_size, border, device)
+    if k >= 2:
         # anti-alias: box-average k x k blocks; coordinates scale exactly by 1/k (remainder cut).
         # Rows first, then columns: contiguous sums, ~6x faster than one mean over both axes.
         rh, rw = region.shape[0] // k * k, region.shape[1] // k * k
@@ -91,11 +107,7 @@ def warp_affine(image: np.ndarray, out_to_in: np.ndarray, out_size: int, border:
         m /= k
     region = region.astype(np.float32, copy=False)
     rh, rw = region.shape[:2]
-    grid = np.arange(out_size, dtype=np.float32) + 0.5
-    u, v = np.meshgrid(grid, grid)
-    m32 = m.astype(np.float32)
-    x = m32[0, 0] * u + m32[0, 1] * v + (m32[0, 2] - 0.5)  # to pixel-index space
-    y = m32[1, 0] * u + m32[1, 1] * v + (m32[1, 2] - 0.5)
+    x, y = _sample_grid(m, out_size)
     x0f, y0f = np.floor(x), np.floor(y)
     fx, fy = (x - x0f)[..., None], (y - y0f)[..., None]
     x0i, y0i = x0f.astype(np.int64), y0f.astype(np.int64)
@@ -111,6 +123,16 @@ def warp_affine(image: np.ndarray, out_to_in: np.ndarray, out_size: int, border:
                 pix = pix * inside[..., None]
             out += wx * wy * pix
     return out
+
+
+def _sample_grid(m: np.ndarray, out_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 [S, S] x and y of every output pixel centre in the region's pixel-index space."""
+    grid = np.arange(out_size, dtype=np.float32) + 0.5
+    u, v = np.meshgrid(grid, grid)
+    m32 = m.astype(np.float32)
+    x = m32[0, 0] * u + m32[0, 1] * v + (m32[0, 2] - 0.5)  # to pixel-index space
+    y = m32[1, 0] * u + m32[1, 1] * v + (m32[1, 2] - 0.5)
+    return x, y
 
 
 # --- detector ----------------------------------------------------------------------------------
@@ -130,14 +152,15 @@ def blazeface_anchors() -> np.ndarray:
     return np.asarray(centres, dtype=np.float32)
 
 
-def detector_input(image: np.ndarray) -> tuple[np.ndarray, tuple[float, float, float]]:
-    """Letterboxed [1,128,128,3] float32 in [-1, 1] and (scale, pad_x, pad_y) to undo it."""
+def detector_input(image: np.ndarray, device=None) -> tuple[np.ndarray, tuple[float, float, float]]:
+    """Letterboxed [1,128,128,3] float32 in [-1, 1] and (scale, pad_x, pad_y) to undo it (a torch
+    tensor on `device` when one is given: warp_affine)."""
     image = _check_image(image)
     h, w = image.shape[:2]
     scale = DETECTOR_SIZE / max(w, h)
     pad_x, pad_y = (DETECTOR_SIZE - w * scale) / 2, (DETECTOR_SIZE - h * scale) / 2
     out_to_in = np.array([[1 / scale, 0, -pad_x / scale], [0, 1 / scale, -pad_y / scale]])
-    tensor = warp_affine(image, out_to_in, DETECTOR_SIZE, border="zero")
+    tensor = warp_affine(image, out_to_in, DETECTOR_SIZE, border="zero", device=device)
     return (tensor / 127.5 - 1.0)[None], (scale, pad_x, pad_y)
 
 
@@ -193,9 +216,9 @@ def detect_faces(image: np.ndarray, run_detector: Runner | None = None, min_scor
     A box is not proof of a face: confirm with face_landmarks()' presence score (the detector fires
     on some animals and face-like textures).
     """
-    tensor, (scale, pad_x, pad_y) = detector_input(image)
     if run_detector is None:
         run_detector = default_runners()[0]
+    tensor, (scale, pad_x, pad_y) = detector_input(image, runner_device(run_detector))
     out = run_detector(tensor)
     faces = []
     for row, score in decode_detections(out["regressors"][0], out["classificators"][0], min_score, iou_threshold):
@@ -223,11 +246,12 @@ def mesh_crop_transform(box: FaceBox) -> np.ndarray:
                      [s * unit, c * unit, cy - (s + c) * side / 2]])
 
 
-def mesh_input(image: np.ndarray, box: FaceBox) -> tuple[np.ndarray, np.ndarray]:
-    """The mesh network's input [1,192,192,3] float32 in [0, 1] and the crop->image 2x3 map."""
+def mesh_input(image: np.ndarray, box: FaceBox, device=None) -> tuple[np.ndarray, np.ndarray]:
+    """The mesh network's input [1,192,192,3] float32 in [0, 1] (a torch tensor on `device` when one
+    is given) and the crop->image 2x3 map."""
     image = _check_image(image)
     crop_to_image = mesh_crop_transform(box)
-    tensor = warp_affine(image, crop_to_image, MESH_SIZE, border="replicate")
+    tensor = warp_affine(image, crop_to_image, MESH_SIZE, border="replicate", device=device)
     return (tensor / 255.0)[None], crop_to_image
 
 
@@ -242,17 +266,25 @@ def landmarks_to_image(landmarks: np.ndarray, crop_to_image: np.ndarray) -> np.n
 def face_landmarks(image: np.ndarray, box: FaceBox, run_mesh: Runner | None = None) -> tuple[np.ndarray, float]:
     """468 landmarks [468, 3] in image pixels for one detected face, and the face-presence score
     (0..1; below 0.5 the crop is not a face and the landmarks are meaningless)."""
-    tensor, crop_to_image = mesh_input(image, box)
     if run_mesh is None:
         run_mesh = default_runners()[1]
+    tensor, crop_to_image = mesh_input(image, box, runner_device(run_mesh))
     out = run_mesh(tensor)
     presence = 1.0 / (1.0 + math.exp(-float(np.clip(out["face_flag"].reshape(-1)[0], -100, 100))))
     return landmarks_to_image(out["landmarks"][0], crop_to_image), presence
 
 
 # --- default backend ---------------------------------------------------------------------------
+def runner_device(run: Runner):
+    """The torch device a runner takes its input on (inputs are then sampled there: warp_torch), or
+    None for runners that take numpy (ONNX Runtime, the CPU)."""
+    return getattr(run, "device", None)
+
+
 def engine_runner(spec: object, backend: str = "auto", precision: str = "auto") -> Runner:
-    """Adapt an engine-layer runner (dict of named inputs) to this module's `batch -> outputs`."""
+    """Adapt an engine-layer runner (dict of named inputs) to this module's `batch -> outputs`. A torch
+    runner on CUDA also takes device tensors (its `device` attribute says where), so the inputs are
+    sampled on the GPU and only the outputs cross to the host."""
     from .. import loader
 
     # bound(): default_runners is cached per process, the runner behind it may be released (stage
@@ -260,10 +292,18 @@ def engine_runner(spec: object, backend: str = "auto", precision: str = "auto") 
     runner = loader.bound(spec, backend=backend, precision=precision, stage="face")  # type: ignore[arg-type]
     input_name = runner.input_names()[0]
 
-    def run(batch: np.ndarray) -> dict:
+    def run(batch) -> dict:
+        if not isinstance(batch, np.ndarray) and hasattr(batch, "device"):  # a torch tensor (device runner)
+            if getattr(run, "device", None) is not None:
+                return runner({input_name: batch})
+            batch = batch.detach().cpu().numpy()
         return runner({input_name: np.ascontiguousarray(batch, np.float32)})
 
     run.info = runner.info  # type: ignore[attr-defined]  # lets callers report the backend used
+    if runner.info.device == "cuda" and runner.info.backend.startswith("torch"):  # TorchRunner: takes tensors
+        import torch
+
+        run.device = torch.device("cuda")  # type: ignore[attr-defined]
     return run
 
 

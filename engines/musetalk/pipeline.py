@@ -140,6 +140,10 @@ class MuseTalkPipeline:
         self._latents.move_to_end(key)
         return hit
 
+    def uncached(self, keys: list) -> list:
+        """The keys (unique, in order) whose reference latents are not cached: the crops to make."""
+        return [k for k in dict.fromkeys(keys) if k not in self._latents]
+
     def reference_latents_batch(self, keys: list, make_crop: Callable[[Any], np.ndarray]) -> Any:
         """reference_latents of several keys at once: the cache misses are encoded in one VAE batch
         (a video has a new reference frame for every output frame; one at a time, the encodes took a
