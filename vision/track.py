@@ -15,6 +15,8 @@ so the crop neither jitters nor lags behind real head motion.
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -161,11 +163,26 @@ def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: i
     # cuts are found while tracking (one pass over the frames: a long video is decoded once)
     raw = RawTrack(found, landmarks, presence, scene_cuts=[])
     cut_detector = CutDetector(frames.shape[2])
+    read_ahead = ReadAhead(frames, n) if n > 1 and callable(getattr(frames, "frame", None)) else None
+    try:
+        _track(frames, n, raw, cut_detector, run_det, run_mesh, stride, face_index, min_presence, progress,
+               detector, read_ahead)
+    finally:
+        if read_ahead is not None:
+            read_ahead.close()
+    return raw
+
+
+def _track(frames, n: int, raw: RawTrack, cut_detector: CutDetector, run_det: Runner, run_mesh: Runner,
+           stride: int, face_index: int, min_presence: float, progress: Progress | None,
+           detector: Callable[[np.ndarray], list[FaceBox]] | None, read_ahead: ReadAhead | None) -> None:
+    """track_faces' loop over the frames, filling `raw`."""
+    found, landmarks, presence = raw.found, raw.landmarks, raw.presence
     prev: np.ndarray | None = None      # landmarks of the previous frame (tracking)
     last: np.ndarray | None = None      # last landmarks seen in this shot (re-acquisition)
     last_detect = -stride
     for t in range(n):
-        frame = frames[t]
+        frame = frames[t] if read_ahead is None else read_ahead.get(t)
         if n > 1 and cut_detector.is_cut(frame):
             raw.scene_cuts.append(t)
             prev = last = None
@@ -197,7 +214,59 @@ def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: i
             presence[t] = p  # the rejected score (0 when nothing was even tried)
         if progress is not None:
             progress(t + 1, n)
-    return raw
+
+
+# --- decoding ahead --------------------------------------------------------------------------
+READ_AHEAD_BYTES = 48 * 2**20  # decoded frames a read-ahead thread may hold beyond the tracker's position
+
+
+class ReadAhead:
+    """The frames of a video decoded on demand (media.frame_source.VideoFrames), read in order on a
+    thread a few frames ahead of the tracker and handed over through a bounded queue: the decoder then
+    works while the face models run instead of in turn, and the tracker never waits on the video's
+    lock while a later frame is decoded. In-memory frames need none."""
+
+    def __init__(self, frames, n: int):
+        frame_bytes = max(1, int(np.prod(frames.shape[1:])))
+        self.ahead = int(np.clip(READ_AHEAD_BYTES // frame_bytes, 2, 32))
+        self._frames, self._n = frames, n
+        self._queue: queue.Queue = queue.Queue(maxsize=self.ahead)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dh-track-read-ahead", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        for t in range(self._n):
+            try:
+                item = (t, self._frames.frame(t))
+            except Exception:  # the tracker reads this frame itself and meets the error there
+                self._put((t, None))
+                return
+            if not self._put(item):
+                return
+
+    def get(self, t: int) -> np.ndarray:
+        """Frame t (frames are asked for in order, 0, 1, ...); after a failed read, read directly."""
+        if self._stop.is_set():
+            return self._frames[t]
+        got, frame = self._queue.get()
+        if got != t or frame is None:
+            self.close()
+            return self._frames[t]
+        return frame
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 # --- transform parameters --------------------------------------------------------------------
