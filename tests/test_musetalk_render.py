@@ -74,3 +74,14 @@ def test_batched_renderer_equals_per_frame_loop(video_track, release, data_dir):
             expected.append(crop)
     assert np.array_equal(got, np.stack(expected))
     assert np.array_equal(masks, np.stack([_old_mask(renderer, int(r)) for r in gen.idx]))
+
+
+def test_reference_pixels_from_a_device_tensor_equal_the_host_conversion(release):
+    """encode_references converts the crops on the device on CUDA: the same float64 / 255 -> float32 steps."""
+    from digital_human.engines.musetalk.networks import load_networks
+    from digital_human.engines.musetalk.pipeline import MuseTalkPipeline
+
+    pipe = MuseTalkPipeline(load_networks(models_root=release), seed=0)
+    crops = np.random.default_rng(0).integers(0, 256, (3, 256, 256, 3), dtype=np.uint8)
+    for half in (True, False):
+        assert torch.equal(pipe._pixels(torch.from_numpy(crops), half), pipe._pixels(crops, half))

@@ -38,14 +38,16 @@ def crop_plan(affine: np.ndarray, crop_size: int, height: int, width: int
     return k, (x0, y0, x1, y1), inv
 
 
-def crop_frames_torch(frames: np.ndarray, affines: np.ndarray, crop_size: int, device) -> torch.Tensor:
-    """uint8 [B, S, S, 3] on `device`: crop_frame of each frame [B, H, W, 3] (uint8) and its affine."""
-    frames = np.asarray(frames)
+def crop_frames_torch(frames, affines: np.ndarray, crop_size: int, device) -> torch.Tensor:
+    """uint8 [B, S, S, 3] on `device`: crop_frame of each frame [B, H, W, 3] (uint8: a numpy array, or a
+    tensor, e.g. already on the device) and its affine."""
+    if not isinstance(frames, torch.Tensor):
+        frames = torch.from_numpy(np.ascontiguousarray(frames))
     affines = np.asarray(affines, np.float64).reshape(-1, 2, 3)
     n, height, width = frames.shape[:3]
     if n != len(affines):
         raise ValueError(f"{n} frames but {len(affines)} affines")
-    src = torch.from_numpy(np.ascontiguousarray(frames)).to(device)  # one copy for the batch
+    src = frames.to(device)  # one copy for the batch (none when the frames are there already)
     out = torch.empty((n, crop_size, crop_size, 3), dtype=torch.uint8, device=device)
     for t in range(n):
         k, (x0, y0, x1, y1), inv = crop_plan(affines[t], crop_size, height, width)

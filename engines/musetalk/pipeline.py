@@ -95,12 +95,18 @@ class MuseTalkPipeline:
         self.channels_last = channels_last
 
     # --- reference latents ------------------------------------------------------------------------
-    def _pixels(self, crops: np.ndarray, half_mask: bool) -> Any:
+    def _pixels(self, crops: Any, half_mask: bool) -> Any:
+        """float32 NCHW in -1..1 from uint8 NHWC crops: a numpy array (converted on the host), or a uint8
+        tensor on the device (the same float64 / 255 then float32 steps there: on an H200 host the
+        host conversion of a 10-s clip's crops took longer than encoding them)."""
         import torch
 
-        # contiguous NCHW: a permuted (channels-last) view sends the convolutions down another
-        # kernel path whose results differ by ~1e-3 after the VAE encoder
-        x = torch.from_numpy(np.asarray(crops, np.float64) / 255.0).float().permute(0, 3, 1, 2).contiguous()
+        if isinstance(crops, torch.Tensor):
+            x = crops.double().div(255.0).float().permute(0, 3, 1, 2).contiguous()
+        else:
+            # contiguous NCHW: a permuted (channels-last) view sends the convolutions down another
+            # kernel path whose results differ by ~1e-3 after the VAE encoder
+            x = torch.from_numpy(np.asarray(crops, np.float64) / 255.0).float().permute(0, 3, 1, 2).contiguous()
         if half_mask:
             x[:, :, CROP // 2:, :] = 0.0
         return x.sub(0.5).div(0.5)
@@ -113,6 +119,8 @@ class MuseTalkPipeline:
         if crops.ndim != 4 or crops.shape[1:] != (CROP, CROP, 3):
             raise ValueError(f"MuseTalk crops must be [B, {CROP}, {CROP}, 3] RGB, got {crops.shape}")
         with torch.inference_mode():
+            if self.device.type == "cuda":  # one upload of the uint8 crops; the float conversion there
+                crops = torch.from_numpy(np.ascontiguousarray(crops)).to(self.device)
             out = []
             for half in (True, False):
                 dist = self.net.vae.encode(self._pixels(crops, half).to(self.device, self.dtype)).latent_dist
