@@ -259,8 +259,10 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
                                                 _seconds(wave, rate), face_index)
+    # the phones were resolved by the command (TTS or aligner): tts-only keeps the node from aligning again
     out = timer.run("talking_head", TRT_TalkingHead().animate, faces, with_phones(to_comfy_audio(wave, rate), phones),
-                    model=model, fps=fps, backend=backend, idle_motion="auto" if idle_motion else "off")
+                    model=model, fps=fps, backend=backend, visemes="tts-only",
+                    idle_motion="auto" if idle_motion else "off")
     images, track, head_report = out["result"]
     if smooth > 0:
         images, _ = timer.run("smooth", TemporalSmooth().smooth, images, strength=smooth, fps=fps, faces=track)
@@ -323,6 +325,16 @@ def _mux_to(timer: StageTimer, frames: Any, wave: Any, rate: int, fps: float, ou
     return timer.run("mux", mux_video, frames, wave, rate, fps, out, length_mode="pad_audio")
 
 
+def _speech_phones(args: argparse.Namespace, wave: Any, rate: int) -> Any:
+    """PhoneSource of a user's speech file: the aligner's phones when the model reads them (portrait)."""
+    from .talking_head.phone_source import speech_phones
+    from .talking_head.registry import resolve
+
+    entry, _ = resolve(args.model)
+    return speech_phones(None, wave, rate, args.visemes, args.transcript, args.language,
+                         model_reads_phones=entry.reads_phones)
+
+
 def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
     from .audio import decode_audio
     from .preflight import check_animate_args
@@ -330,7 +342,10 @@ def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
     timer = StageTimer()
     timer.run("preflight", check_animate_args, args)  # every input checked before any heavy work
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio))
-    report, fps, reports = _animate_to(timer, args, wave, rate)
+    phones = timer.run("phones", _speech_phones, args, wave, rate)
+    report, fps, reports = _animate_to(timer, args, wave, rate, phones.phones)
+    if phones.note:
+        reports["visemes"] = phones.note
     return {"outputs": [str(report.path)], "backend": reports["head_backend"], "timings": timer.seconds,
             "frames": report.probe.frame_count, "fps": fps, "video_seconds": report.probe.video_duration,
             "audio_seconds": report.probe.audio_duration, "reports": reports}
@@ -501,6 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
     animate = sub.add_parser("animate", help="face + speech audio -> lip-synced MP4")
     common(animate)
     animate.add_argument("--audio", required=True)
+    animate.add_argument("--visemes", default="auto", choices=["auto", "tts-only", "off"],
+                         help="auto: mouth shapes timed by the phones, found by the English phone aligner "
+                              "(pocketsphinx, the [align] extra) - forced to --transcript when given; tts-only/off: "
+                              "loudness and spectrum only (the report says which ran, or why no phones)")
+    animate.add_argument("--transcript", help="the words spoken in --audio (optional: aligns the phones to them)")
+    animate.add_argument("--language", default="en", choices=["en", "zh"],
+                         help="language of --audio (the aligner knows English only: zh keeps the audio features)")
     face_args(animate)
     animate.set_defaults(func=_cmd_animate)
 

@@ -126,6 +126,9 @@ def aligner_available() -> str | None:
 # each is kept per process behind a lock; a decoder that raised mid-utterance is dropped and rebuilt.
 _lock = threading.Lock()
 _decoders: dict[str, object] = {}
+# A decoder carries its cepstral-mean estimate from one utterance into the next, so the same audio would
+# align differently depending on what was aligned before it in the process (seen: 40 vs 41 phones on a
+# clip's second run). The feature computation is re-initialised for each new alignment instead.
 
 
 def _decoder(kind: str):
@@ -141,6 +144,8 @@ def _decoder(kind: str):
         else:
             _decoders[kind] = Decoder(hmm=hmm, allphone=os.path.join(model, "en-us", "en-us-phone.lm.bin"),
                                       lm=None, dict=None, loglevel="FATAL", **_LOOP_OPTIONS)
+    else:
+        _decoders[kind].reinit_feat()
     return _decoders[kind]
 
 

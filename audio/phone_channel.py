@@ -6,7 +6,8 @@ and nodes read only the keys they know, so an extra key is a side channel that n
 TRT_TTS writes it, TRT_TalkingHead / TalkingHeadVideo read it when present. Audio from anywhere else
 (a file, a recording) has no key and keeps today's behaviour.
 
-Value: a list of (phone, start_s, end_s) for batch item 0, time-ordered, gaps = silence. A node that
+Value: a list of (phone, start_s, end_s[, confidence]) for batch item 0, time-ordered, gaps = silence
+(an aligner's phones carry its confidence; the TTS's do not). A node that
 edits the audio but copies the dict would leave stale times behind; `phones_from_audio` drops them
 when they run past the end of the waveform it came with.
 """
@@ -16,14 +17,14 @@ import math
 from typing import Any, Sequence
 
 PHONES_KEY = "dh_phones"
-PhoneTime = tuple[str, float, float]
+PhoneTime = tuple  # (phone, start_s, end_s) or (phone, start_s, end_s, confidence)
 END_SLACK_S = 0.05  # phones may end this much after the audio (rounding) and still be believed
 
 
 def with_phones(audio: dict, phones: Sequence[PhoneTime] | None) -> dict:
     """`audio` with the side channel set (a no-op without phones)."""
     if phones:
-        audio[PHONES_KEY] = [(str(p), float(a), float(b)) for p, a, b in phones]
+        audio[PHONES_KEY] = [(str(p[0]), float(p[1]), float(p[2]), *(float(c) for c in p[3:4])) for p in phones]
     return audio
 
 
@@ -46,11 +47,14 @@ def phones_from_audio(audio: Any) -> list[PhoneTime] | None:
             phone, start, end = str(item[0]), float(item[1]), float(item[2])
             if not (math.isfinite(start) and math.isfinite(end)) or end <= start or start < last - 1e-6:
                 return None
-            out.append((phone, start, end))
+            confidence = [float(c) for c in item[3:4]]
+            if confidence and not 0.0 <= confidence[0] <= 1.0:
+                return None
+            out.append((phone, start, end, *confidence))
             last = start
     except (TypeError, ValueError, IndexError):
         return None
     seconds = _audio_seconds(audio)
-    if seconds is None or not out or max(e for _, _, e in out) > seconds + END_SLACK_S:
+    if seconds is None or not out or max(p[2] for p in out) > seconds + END_SLACK_S:
         return None
     return out

@@ -18,9 +18,11 @@ log = logging.getLogger("digital_human")
 CATEGORY = "DigitalHuman"
 BACKENDS = ["auto", "tensorrt", "torch", "onnxruntime"]
 PRECISIONS = ["auto", "fp16", "fp32"]
-VISEME_MODES = ["auto", "off"]
-VISEMES_TOOLTIP = ("auto: when the speech comes from TRT_TTS it carries its phone timings, and portrait shapes the "
-                   "mouth by them (lips meet on p/b/m, round on o/u/w); other audio is read as before. "
+VISEME_MODES = ["auto", "tts-only", "off"]  # talking_head.phone_source.VISEME_MODES (not imported at start-up)
+VISEMES_TOOLTIP = ("auto: portrait shapes the mouth by the phones spoken (lips meet on p/b/m, round on o/u/w): "
+                   "from TRT_TTS's phone timings when the speech comes from it, else from the English phone "
+                   "aligner (pocketsphinx, when installed; the report says which, or why neither). tts-only: "
+                   "TRT_TTS's timings only (use it for recordings in a language other than English). "
                    "off: loudness and spectrum only.")
 
 
@@ -37,13 +39,17 @@ def _idle_motion(idle_motion: str) -> bool:
     return idle_motion == "auto"
 
 
-def _phones(audio: Any, visemes: str) -> Any:
-    """The AUDIO's phone timings (TRT_TTS's side channel) unless switched off; None for other audio."""
+def _phones(audio: Any, visemes: str, model: str, avatar: Any = None) -> Any:
+    """PhoneSource: the AUDIO's phone timings (TRT_TTS's side channel), else the aligner's (visemes auto),
+    for models that read phones; with a note for the report."""
+    from ..audio import from_comfy_audio
     from ..audio.phone_channel import phones_from_audio
+    from ..talking_head.phone_source import speech_phones
+    from ..talking_head.registry import resolve
 
-    if visemes not in VISEME_MODES:
-        raise ValueError(f"visemes must be one of {VISEME_MODES}, got {visemes!r}")
-    return phones_from_audio(audio) if visemes == "auto" else None
+    entry, _ = resolve(model, avatar)
+    wave, rate = from_comfy_audio(audio)
+    return speech_phones(phones_from_audio(audio), wave, rate, visemes, model_reads_phones=entry.reads_phones)
 
 
 def _model_choices() -> list[str]:
@@ -123,13 +129,14 @@ class TRT_TalkingHead:
             progress.update(done - progress.done)
 
         _check_output_memory(faces, wave, rate, fps)
+        phones = _phones(audio, visemes, model, avatar)
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, phase_progress(report_progress, 0), interrupted,
-                              phones=_phones(audio, visemes), idle_motion=_idle_motion(idle_motion), seed=seed)
+                              phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed)
         result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TRT_TalkingHead: %s", warning)
-        report = result.summary()
+        report = "\n".join(filter(None, [result.summary(), phones.note]))
         return {"ui": {"text": [report]}, "result": (uint8_to_image(result.frames), result.track, report)}
 
 
@@ -204,17 +211,18 @@ class TalkingHeadVideo:
             return lambda done, total: progress.update(share_start + share * done // max(total, 1) - progress.done)
 
         path, subfolder = next_output_path(filename_prefix, format)  # a bad prefix fails before any work
+        phones = _phones(audio, visemes, model, avatar)
         # crops are made chunk by chunk while the video is encoded: memory does not grow with the length
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, None, interrupted, streaming=True,
-                              phones=_phones(audio, visemes), idle_motion=_idle_motion(idle_motion), seed=seed)
+                              phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed)
         result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro",
                                       smooth_strength=smooth_strength, fmt=format, crf=crf,
                                       progress=report_progress(0, 100), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TalkingHeadVideo: %s", warning)
-        report = "\n".join([f"{gen.model} ({gen.backend}): {len(gen)} frames generated", result.summary(),
-                            result.mux.summary()])
+        report = "\n".join(filter(None, [f"{gen.model} ({gen.backend}): {len(gen)} frames generated",
+                                          result.summary(), result.mux.summary(), phones.note]))
         ui = {"images": [{"filename": path.name, "subfolder": subfolder, "type": "output"}], "animated": (True,),
               "text": [report]}
         return {"ui": ui, "result": (_video_value(result.path), str(result.path), report)}
