@@ -6,7 +6,8 @@ phone timings come from the offline aligner (audio/phone_align.py, pocketsphinx;
 shipped with the clip, so it runs its phone loop unless --text is given). Rows:
   today     - portrait from loudness and spectral shape only (no phones),
   visemes   - portrait with the aligner's phones (viseme targets blended with the energy drive).
-Printed per row: mouth-landmark distance (MLD, / inter-ocular distance) to the real frames, lag and
+Printed per row: mouth-landmark distance (MLD, / inter-ocular distance) to the real frames, mouth-region
+SSIM against the real frames (vision/lipsync_metrics.mouth_ssim, grey, box around the real lips), lag and
 correlation of the mouth opening with the speech envelope, and the bilabial closure fraction: on
 frames whose time lies inside an aligned P/B/M, the share where the inner-lip gap (mesh) is below
 GAP_MEET x inter-ocular distance, next to the real 01b's share on the same frames. The aligner's cost
@@ -64,7 +65,7 @@ def main() -> None:
     from digital_human.audio.phone_align import align_phones
     from digital_human.talking_head.driver import output_frame_count, schedule_track
     from digital_human.talking_head.portrait.animate import animate_portrait
-    from digital_human.vision.lipsync_metrics import mouth_opening, remeasure_landmarks
+    from digital_human.vision.lipsync_metrics import mouth_opening, mouth_ssim, remeasure_landmarks
 
     track, wave, sr = load_clip("b", Path(args.data), Path(args.cache))
     fps = track.fps
@@ -92,13 +93,16 @@ def main() -> None:
         lms = remeasure_landmarks(res.frames[:n], track.landmarks)
         opening = mouth_opening(lms)
         rows[name] = {**lip_scores(lms, real_lms, wave, sr, fps), **closure_fractions(opening, inside),
+                      "mouth_ssim": mouth_ssim(res.frames[:n], track.frames[:n], real_lms),
                       "opening_median": float(np.median(opening)), "animate_s": seconds,
                       "drive_s": res.timings.get("drive", float("nan"))}
     print(f"\n01b: {n} frames ({n / fps:.1f} s), {int(inside.sum())} frames inside an aligned P/B/M")
-    head = f"{'row':<10}{'MLD':>8}{'lag ms':>8}{'corr':>7}" + "".join(f"{'closed<' + str(g):>12}" for g in GAP_MEETS)
+    head = (f"{'row':<10}{'MLD':>8}{'SSIM':>7}{'lag ms':>8}{'corr':>7}"
+            + "".join(f"{'closed<' + str(g):>12}" for g in GAP_MEETS))
     print(head + f"{'open med':>10}{'animate s':>11}")
     for name, r in rows.items():
-        mld = f"{r['mld']:8.4f}{r['lag_ms']:8.1f}{r['corr']:7.3f}" if "mld" in r else " " * 23
+        mld = (f"{r['mld']:8.4f}{r['mouth_ssim']:7.3f}{r['lag_ms']:8.1f}{r['corr']:7.3f}" if "mld" in r
+               else " " * 30)
         closed = "".join(f"{r[f'closed_{g}']:12.2f}" for g in GAP_MEETS)
         print(f"{name:<10}{mld}{closed}{r['opening_median']:10.3f}{r.get('animate_s', float('nan')):11.1f}")
     if args.json:

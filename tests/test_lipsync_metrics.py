@@ -82,3 +82,23 @@ def test_psnr_outside_mask():
     assert M.psnr_outside_mask(a, b, mask) == pytest.approx(expected, rel=1e-9)
     with pytest.raises(ValueError, match="covers every pixel"):
         M.psnr_outside_mask(a, b, np.ones((32, 32)))
+
+
+def test_mouth_ssim_scores_the_mouth_box_only():
+    rng = np.random.default_rng(0)
+    lms = np.stack([_face(seed=s) for s in range(3)])
+    xy = lms[..., :2]
+    lms[..., :2] = xy - xy.min(axis=(0, 1)) + 40  # inside a 400 px frame
+    real = rng.integers(0, 256, (3, 400, 400, 3), dtype=np.uint8)
+    real = np.repeat(np.repeat(real[:, ::8, ::8], 8, 1), 8, 2)[:, :400, :400]  # blocky: structure to compare
+    assert M.mouth_ssim(real, real, lms) == pytest.approx(1.0)
+    noisy = np.clip(real.astype(int) + rng.normal(0, 40, real.shape), 0, 255).astype(np.uint8)
+    assert M.mouth_ssim(noisy, real, lms) < 0.8
+    far = real.copy()  # changed only far from the mouth: no effect
+    mouth = lms[0, list(M.MOUTH_POINTS), :2]
+    far[:, :, int(mouth[:, 0].max() + 60):] = 0
+    assert M.mouth_ssim(far, real, lms) == pytest.approx(1.0)
+    per = M.mouth_ssim(noisy, real, lms, per_frame=True)
+    assert per.shape == (3,) and np.all(per < 1)
+    with pytest.raises(ValueError, match="frames must be"):
+        M.mouth_ssim(real[:, :200], real, lms)

@@ -1,4 +1,4 @@
-"""Lip-sync metrics: mouth opening, speech envelope, audio-visual lag, mouth-landmark distance, PSNR.
+"""Lip-sync metrics: mouth opening, speech envelope, audio-visual lag, mouth-landmark distance, PSNR, mouth SSIM.
 
 Frame clock (shared with talking_head/portrait/speech_drive.py): frame i of a clip at `fps` shows
 the instant t_i = i / fps (its presentation time). The speech envelope of frame i is measured on
@@ -161,6 +161,47 @@ def psnr_outside_mask(a: np.ndarray, b: np.ndarray, masks: np.ndarray, threshold
     diff = (x.astype(np.float64) - y.astype(np.float64))[m]
     mse = float((diff ** 2).mean())
     return float("inf") if mse == 0 else float(10 * np.log10(255.0 ** 2 / mse))
+
+
+def _ssim(x: np.ndarray, y: np.ndarray, sigma: float = 1.5) -> float:
+    """Mean SSIM of two grey images (float64, 0..255) with a Gaussian window (Wang et al. 2004 constants)."""
+    import cv2
+
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+
+    def blur(a: np.ndarray) -> np.ndarray:
+        return cv2.GaussianBlur(a, (0, 0), sigma, borderType=cv2.BORDER_REFLECT)
+
+    mx, my = blur(x), blur(y)
+    vx, vy, cxy = blur(x * x) - mx * mx, blur(y * y) - my * my, blur(x * y) - mx * my
+    ssim = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+    return float(ssim.mean())
+
+
+def mouth_ssim(pred_frames: np.ndarray, real_frames: np.ndarray, real_lms: np.ndarray, margin: float = 0.25,
+               per_frame: bool = False):
+    """SSIM of the mouth region between generated and real frames [N, H, W, 3] uint8: on the grey
+    images, in each frame's box around the real lips (outer + inner points) grown by `margin` x the real
+    inter-ocular distance on every side. The same box for both, so a mouth in the wrong place or shape,
+    and a mouth interior or lips that do not look like the real ones, all lower it (1 = identical)."""
+    p, r = np.asarray(pred_frames), np.asarray(real_frames)
+    if p.shape != r.shape or p.ndim != 4:
+        raise ValueError(f"mouth_ssim: frames must be [N, H, W, 3] of one shape, got {p.shape} and {r.shape}")
+    lms = _check_landmarks(real_lms, "real_lms")
+    if len(lms) != len(p):
+        raise ValueError(f"mouth_ssim: {len(p)} frames but {len(lms)} landmark sets")
+    iod = inter_ocular(lms)
+    grey = np.array([0.299, 0.587, 0.114])
+    out = np.empty(len(p))
+    for t in range(len(p)):
+        pts = lms[t, list(MOUTH_POINTS), :2]
+        pad = margin * iod[t]
+        x0, y0 = np.maximum(np.floor(pts.min(0) - pad).astype(int), 0)
+        x1, y1 = np.minimum(np.ceil(pts.max(0) + pad).astype(int), [p.shape[2], p.shape[1]])
+        if x1 - x0 < 7 or y1 - y0 < 7:
+            raise ValueError(f"mouth_ssim: frame {t}'s mouth box is {x1 - x0}x{y1 - y0} px (outside the frame?)")
+        out[t] = _ssim(p[t, y0:y1, x0:x1].astype(np.float64) @ grey, r[t, y0:y1, x0:x1].astype(np.float64) @ grey)
+    return out if per_frame else float(out.mean())
 
 
 def remeasure_landmarks(frames: np.ndarray, prior_landmarks: np.ndarray,
