@@ -49,14 +49,18 @@ def crop_frames_torch(frames, affines: np.ndarray, crop_size: int, device) -> to
         raise ValueError(f"{n} frames but {len(affines)} affines")
     src = frames.to(device)  # one copy for the batch (none when the frames are there already)
     out = torch.empty((n, crop_size, crop_size, 3), dtype=torch.uint8, device=device)
-    for t in range(n):
+    plans, thetas = [], np.empty((n, 2, 3), np.float32)
+    for t in range(n):  # host geometry first, so the device work below never waits on a small upload
         k, (x0, y0, x1, y1), inv = crop_plan(affines[t], crop_size, height, width)
+        h, w = ((y1 - y0) // k, (x1 - x0) // k) if k >= 2 else (y1 - y0, x1 - x0)
+        thetas[t] = region_theta(inv, w, h, crop_size)
+        plans.append((k, x0, y0, x1, y1))
+    theta_all = torch.from_numpy(thetas).to(device)
+    for t, (k, x0, y0, x1, y1) in enumerate(plans):
         window = src[t, y0:y1, x0:x1].permute(2, 0, 1)[None].to(torch.float32)
         if k >= 2:  # blocks from the window's corner, a partial last block dropped (floor mode)
             window = F.avg_pool2d(window, k, stride=k)
-        h, w = window.shape[2:]
-        theta = torch.from_numpy(region_theta(inv, w, h, crop_size)[None].astype(np.float32)).to(device)
-        grid = F.affine_grid(theta, [1, 3, crop_size, crop_size], align_corners=False)
+        grid = F.affine_grid(theta_all[t:t + 1], [1, 3, crop_size, crop_size], align_corners=False)
         sampled = F.grid_sample(window, grid, mode="bilinear", padding_mode="border", align_corners=False)
         out[t] = sampled[0].clamp_(0, 255).round_().permute(1, 2, 0).to(torch.uint8)
     return out
