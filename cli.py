@@ -232,22 +232,42 @@ def _frame_stream(frames: Any, chunk: int = 16) -> Any:
 
 def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: str,
                      max_seconds: float, max_side: int | None = None,
-                     speech_seconds: float | None = None, face_index: int = 0) -> tuple[Any, float, str]:
+                     speech_seconds: float | None = None, face_index: int = 0,
+                     model: str = "portrait", crop_size: str = "auto") -> tuple[Any, float, str]:
     """Photo/video file -> (DH_FACES, output fps, FaceAlign's report); a video's frames are decoded on demand.
     speech_seconds: the output's length; a longer reference video is read only that far (the output
-    takes the reference frame shown at its own time, so later frames would never be used)."""
+    takes the reference frame shown at its own time, so later frames would never be used).
+    crop_size: 256, 512, or auto: for a model whose crops follow the face (portrait), 512 where a 256 px
+    crop would be enlarged more than 2x when pasted back (talking_head/crop_choice.py), else 256."""
+    import numpy as np
+
+    from .talking_head.registry import resolve
+
     if speech_seconds is not None:
         max_seconds = min(max_seconds, speech_seconds + 0.5)
     frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds, max_side)
     fps = float(fps or (src_fps if len(frames) > 1 else 25.0))
-    faces, align_report = timer.run("align", _align_frames, frames, src_fps, backend=backend, face_index=face_index)
-    return faces, fps, align_report
+    adaptive = crop_size == "auto" and resolve(model)[0].adaptive_crop
+    size, why = (256, "") if crop_size == "auto" else (int(crop_size), "")
+    if adaptive:
+        from .talking_head.crop_choice import choose_crop_size
+
+        # decided on the first frame at 256 px (for a photo that is the whole alignment, kept if 256 stays)
+        first = frames if isinstance(frames, np.ndarray) and len(frames) == 1 else np.asarray(frames[0])[None]
+        probe, _ = timer.run("align", _align_frames, first, src_fps, backend=backend, face_index=face_index)
+        size, why = choose_crop_size(probe.affines[:1])
+        if size == 256 and len(frames) == 1:
+            return probe, fps, probe.summary() + "; " + why
+    faces, align_report = timer.run("align", _align_frames, frames, src_fps, crop_size=size, backend=backend,
+                                    face_index=face_index)
+    return faces, fps, align_report + (f"; {why}" if why else "")
 
 
 def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                     backend: str, max_seconds: float, smooth: float,
                     max_side: int | None = None, face_index: int = 0,
-                    phones: Any = None, idle_motion: bool = True) -> tuple[Any, float, dict[str, Any]]:
+                    phones: Any = None, idle_motion: bool = True,
+                    crop_size: str = "auto") -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth).
     phones: the TTS's phone timings, carried on the AUDIO as TRT_TTS carries them. idle_motion: a photo
     blinks and moves its head (TRT_TalkingHead's idle_motion auto) or not (off)."""
@@ -258,7 +278,7 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
     from .nodes.video_nodes import TemporalSmooth
 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
-                                                _seconds(wave, rate), face_index)
+                                                _seconds(wave, rate), face_index, model, crop_size)
     # the phones were resolved by the command (TTS or aligner): tts-only keeps the node from aligning again
     out = timer.run("talking_head", TRT_TalkingHead().animate, faces, with_phones(to_comfy_audio(wave, rate), phones),
                     model=model, fps=fps, backend=backend, visemes="tts-only",
@@ -281,7 +301,8 @@ def _head_backend(model: str, backend: str) -> str:
 def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model: str, fps: float | None,
                       backend: str, max_seconds: float, smooth: float, out: Path,
                       max_side: int | None = None, face_index: int = 0,
-                      phones: Any = None, idle_motion: bool = True) -> tuple[Any, float, dict[str, Any]]:
+                      phones: Any = None, idle_motion: bool = True,
+                      crop_size: str = "auto") -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
@@ -289,7 +310,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
     from .talking_head.registry import generate_crops
 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
-                                                _seconds(wave, rate), face_index)
+                                                _seconds(wave, rate), face_index, model, crop_size)
     # crops are generated chunk by chunk while the video is encoded: memory stays flat in the length
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, model, fps, backend=backend,
                     streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS, phones=phones,
@@ -312,10 +333,10 @@ def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: in
     if args.render == "headless":
         return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                  args.max_seconds, args.smooth, Path(args.out), args.max_side, args.face_index,
-                                 phones, not getattr(args, "no_idle_motion", False))
+                                 phones, not getattr(args, "no_idle_motion", False), args.crop_size)
     frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                            args.max_seconds, args.smooth, args.max_side, args.face_index, phones,
-                                           not getattr(args, "no_idle_motion", False))
+                                           not getattr(args, "no_idle_motion", False), args.crop_size)
     return _mux_to(timer, frames, wave, rate, fps, Path(args.out)), fps, reports
 
 
@@ -506,6 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--face-index", type=int, default=0, help="which face when there are several: 0 = the "
                        "largest, 1 = the next largest, ...")
         p.add_argument("--out", required=True, help="output .mp4")
+        p.add_argument("--crop-size", default="auto", choices=["auto", "256", "512"],
+                       help="aligned face crop in px; auto: 512 where a 256 px crop of the face would be enlarged "
+                            "over 2x when pasted back (a large face keeps its detail) and the model's crops "
+                            "follow the face (portrait), else 256")
         p.add_argument("--no-idle-motion", action="store_true", help="a photo keeps still eyes and head (default: "
                        "it blinks, sways and nods with the speech; a video keeps its own motion)")
         max_side(p)

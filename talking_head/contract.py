@@ -39,3 +39,6 @@ class TalkingHeadModel:
     # generate() also takes `phones=` (phone, start_s, end_s) timings of the speech (visemes.py), passed
     # when known (the TTS's side channel); models without it never see the keyword
     reads_phones: bool = False
+    # its crops are made at whatever size the faces were aligned at, so a large face may be aligned at a
+    # larger crop to keep its detail (crop_choice.py); False: the model fixes its own crop size
+    adaptive_crop: bool = False

@@ -18,4 +18,5 @@ MODEL = TalkingHeadModel(
     name="portrait", summary="zero-shot on any photo or video, no weights (warped lips and a drawn mouth)",
     needs="", speech_features="loudness and spectral shape per frame (speech_drive.py); with phone timings "
     "(TTS side channel) viseme shapes scaled by loudness (viseme_drive.py)",
-    crop_size="the aligned crop (FaceAlign's crop_size)", generate=_generate, reads_phones=True)
+    crop_size="the aligned crop (FaceAlign's crop_size; the CLI picks 512 px for large faces)", generate=_generate,
+    reads_phones=True, adaptive_crop=True)

@@ -1,0 +1,47 @@
+"""The aligned crop size for models whose crops follow the face (talking_head/crop_choice.py, CLI --crop-size)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from digital_human.talking_head.crop_choice import MAX_UPSCALE, choose_crop_size, paste_upscale
+
+
+def _affine(scale: float, angle: float = 0.3) -> np.ndarray:
+    c, s = np.cos(angle) * scale, np.sin(angle) * scale
+    return np.array([[[c, -s, 10.0], [s, c, -4.0]]])
+
+
+def test_upscale_is_source_pixels_per_crop_pixel():
+    assert paste_upscale(_affine(0.5)) == pytest.approx(2.0)
+    assert paste_upscale(np.concatenate([_affine(0.5), _affine(0.25)])) == pytest.approx(4.0)  # the worst frame
+    assert choose_crop_size(_affine(1 / (MAX_UPSCALE * 1.01)))[0] == 512
+    assert choose_crop_size(_affine(1 / (MAX_UPSCALE * 0.99)))[0] == 256
+
+
+def test_only_models_whose_crops_follow_the_face_adapt():
+    from digital_human.talking_head.registry import MODELS
+
+    assert MODELS["portrait"].adaptive_crop and not MODELS["musetalk"].adaptive_crop
+    assert not MODELS["clone"].adaptive_crop
+
+
+@pytest.mark.parametrize("crop, expected", [("auto", 512), ("256", 256)])
+def test_cli_picks_512_for_a_large_face(crop, expected, data_dir, tmp_path, setup_models):
+    from digital_human.media.wav_float import write_float_wav
+
+    audio = tmp_path / "s.wav"
+    t = np.arange(8000) / 16000
+    write_float_wav(audio, (0.2 * np.sin(2 * np.pi * 180 * t))[None].astype(np.float32), 16000)  # 0.5 s
+    cmd = [sys.executable, "-m", "digital_human", "animate", "--face", str(data_dir / "image" / "face_03_male.jpg"),
+           "--audio", str(audio), "--out", str(tmp_path / "o.mp4"), "--json", "--no-idle-motion",
+           "--visemes", "off", "--max-side", "1024", "--crop-size", crop]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])["reports"]["align"]
+    assert f"crop {expected}px" in report
+    assert ("over 2x" in report) == (crop == "auto")
