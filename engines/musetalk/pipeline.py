@@ -25,8 +25,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,32 +42,6 @@ def _quantise(image: Any) -> Any:
     import torch
 
     return (image.float() * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
-
-
-class _Posterior:
-    """mean and std of part of a batch's VAE posterior."""
-
-    def __init__(self, mean: Any, std: Any) -> None:
-        self.mean, self.std = mean, std
-
-
-@contextmanager
-def cudnn_autotune(on: bool) -> Iterator[None]:
-    """cuDNN's benchmark mode while the block runs (restored after): it times the convolution algorithms
-    once per shape and keeps the fastest. MuseTalk's batches have one shape, and without it the VAE's
-    convolutions ran on the heuristic's picks (the frames/s benchmark always set it). Process-wide while
-    on, as torch has it; results differ from the heuristic's by float rounding only."""
-    if not on:
-        yield
-        return
-    import torch
-
-    before = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = True
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.benchmark = before
 
 
 class MuseTalkPipeline:
@@ -110,9 +83,6 @@ class MuseTalkPipeline:
             # group norms, SiLUs, residual adds and the uint8 conversion around cuDNN's convolutions
             self._compiled = torch.compile(self._forward, dynamic=False)
 
-    def _autotuned(self):
-        return cudnn_autotune(self.device.type == "cuda")
-
     def _set_layout(self, channels_last: bool) -> None:
         """The UNet and VAE decoder's weights in NHWC or NCHW. The encoder stays NCHW (it runs once per
         reference frame; on the CPU a channels-last encoder differs by ~1e-3, see _pixels)."""
@@ -151,12 +121,10 @@ class MuseTalkPipeline:
         with torch.inference_mode():
             if self.device.type == "cuda":  # one upload of the uint8 crops; the float conversion there
                 crops = torch.from_numpy(np.ascontiguousarray(crops)).to(self.device)
-            # both halves in one encoder batch (masked first): one pass of larger convolutions
-            both = torch.cat([self._pixels(crops, True), self._pixels(crops, False)]).to(self.device, self.dtype)
-            with self._autotuned():
-                dist = self.net.vae.encode(both).latent_dist
-            b = len(crops)
-            out = [_Posterior(dist.mean[:b], dist.std[:b]), _Posterior(dist.mean[b:], dist.std[b:])]
+            out = []
+            for half in (True, False):
+                dist = self.net.vae.encode(self._pixels(crops, half).to(self.device, self.dtype)).latent_dist
+                out.append(dist)
             noise_m, noise_r = [], []
             for _ in range(len(crops)):
                 g = torch.Generator().manual_seed(self.seed)
@@ -270,7 +238,7 @@ class MuseTalkPipeline:
         """Generated RGB uint8 crops [B, 256, 256, 3]."""
         import torch
 
-        with torch.inference_mode(), self._autotuned():
+        with torch.inference_mode():
             latents, audio = self._inputs(latents, windows)
             if self._compiled is not None:
                 try:

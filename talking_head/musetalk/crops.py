@@ -108,7 +108,6 @@ class _MuseTalkRenderer:
 
         # threads start on first use; shared by the crop thread (face crops) and the paste thread (masks)
         self._pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="dh-musetalk")
-        self._stream = None  # torch.cuda.Stream of the renderer's own on CUDA (_stream_scope)
 
     def box(self, r: int) -> tuple[int, int, int, int]:
         hit = self._boxes.get(r)
@@ -196,28 +195,7 @@ class _MuseTalkRenderer:
         self.timings["crops"] = self.timings.get("crops", 0.0) + time.perf_counter() - t0
         return out
 
-    def _stream_scope(self):
-        """On CUDA, the renderer's work on a stream of its own: the video path pastes, smooths and converts
-        the previous chunk on the default stream from another thread meanwhile, and on one stream each
-        thread's host copies waited for the other's kernels too. Elsewhere a no-op."""
-        from contextlib import nullcontext
-
-        if getattr(self.pipe.device, "type", "cpu") != "cuda":
-            return nullcontext()
-        import torch
-
-        if self._stream is None:
-            self._stream = torch.cuda.Stream(self.pipe.device)
-        # whatever was queued before on the caller's stream (the track's frames uploaded while aligning)
-        # comes first; the results leave as host arrays, synchronised on this stream
-        self._stream.wait_stream(torch.cuda.current_stream(self.pipe.device))
-        return torch.cuda.stream(self._stream)
-
     def render(self, start: int, stop: int) -> tuple[np.ndarray, None]:
-        with self._stream_scope():
-            return self._render(start, stop)
-
-    def _render(self, start: int, stop: int) -> tuple[np.ndarray, None]:
         out = np.empty((stop - start, self.size, self.size, 3), np.uint8)
         for s in range(start, stop, self.batch_size):
             if self.should_stop is not None and self.should_stop():
