@@ -17,6 +17,10 @@ and --repeats warm runs (models loaded; median and spread). Peak GPU memory per 
 itself is not run (it gives one wall time per process; this separates cold, warm and the stages).
 
   python benchmarks/gpu_musetalk_video.py --face talk_512.mp4 --speech speech_10s.wav --out $OUT/v.json
+The inputs of RESULTS.md's runs, made with the pack's ffmpeg (imageio-ffmpeg) from ../shared/data:
+  ffmpeg -t 11 -i video/talk_en_male_01a.mp4 -vf fps=25,scale=512:512:flags=bicubic -an -c:v libx264 -crf 18
+         -pix_fmt yuv420p talk_512.mp4
+  ffmpeg -i audio/spk_en_male_01.wav -t 10.21 -ac 1 -ar 16000 speech_10s.wav
   python benchmarks/gpu_musetalk_video.py ... --settings fp32,fp16,bf16,fp16:compile --repeats 3
 Needs a MuseTalk release under DIGITAL_HUMAN_MODELS (on a machine without one:
 random_release.write_release(root, "full"); speed does not depend on the weights) and the face models.
@@ -56,7 +60,8 @@ def run_once(face: Path, speech: Path, out: Path, precision: str, torch) -> dict
     timer = StageTimer()
     t0 = time.perf_counter()
     wave, rate = timer.run("decode_audio", decode_audio, speech)
-    faces, fps, _ = _faces_from_file(timer, face, None, "auto", 60.0, None, _seconds(wave, rate), 0)
+    faces, fps, _ = _faces_from_file(timer, face, None, "auto", 60.0, None, _seconds(wave, rate), 0,
+                                     model="musetalk")  # the crop size the CLI picks for this model
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, "musetalk", fps, backend="auto",
                     precision=precision, streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5)
