@@ -63,20 +63,3 @@ def test_lazy_crops_many_on_a_device_equals_one_at_a_time():
     again = lazy.many([1, 0], torch.device("cpu"))
     assert lazy.frames.reads == 1 and np.array_equal(again, got[[1, 3]])
 
-
-def test_lazy_crops_use_the_tracker_frames_on_the_device():
-    from digital_human.vision.align import DeviceFrames
-
-    frames, affines = _frames(6, 512, 512), _affines(6, 256)
-    store = DeviceFrames(torch.device("cpu"), budget_bytes=4 * frames[0].nbytes)
-    for t in range(6):
-        store.add(t, frames[t])
-    assert len(store) == 4 and store.used == 4 * frames[0].nbytes  # the first frames that fit
-    source = _Frames(frames)
-    lazy = LazyCrops(source, affines, 256, device_frames=store)
-    got = lazy.many([0, 2, 3], torch.device("cpu"))
-    assert source.reads == 0  # all three from the store: the video is not read again
-    lazy.many([1, 5, 4], torch.device("cpu"))
-    assert source.reads == 1  # frames 4 and 5 did not fit: read together
-    ref = crop_frames_torch(frames[[0, 2, 3]], affines[[0, 2, 3]], 256, torch.device("cpu")).numpy()
-    assert np.array_equal(got, ref)

@@ -157,44 +157,13 @@ def crop_frames(frames: np.ndarray, affines: np.ndarray, crop_size: int) -> np.n
     return out
 
 
-DEVICE_FRAMES_BYTES = 512 * 2**20  # a lazily decoded video's frames kept on the GPU while tracking (DeviceFrames)
-
-
-class DeviceFrames:
-    """A lazily decoded video's frames copied to a torch device as the tracker reads them, up to a byte
-    budget (the first frames that fit; later ones stay in the video file). MuseTalk's renderer makes its
-    crops from them (LazyCrops.many) instead of decoding the video again: the decoder's cache holds about
-    as many 512x512 frames as a 10-s clip has, so the second pass re-decoded every frame (~0.6 s of the
-    renderer's thread on an H200 host). Held as long as the track's crops are."""
-
-    def __init__(self, device, budget_bytes: int = DEVICE_FRAMES_BYTES):
-        self.device, self.budget, self.used = device, int(budget_bytes), 0
-        self._frames: dict[int, object] = {}
-
-    def add(self, t: int, frame: np.ndarray) -> None:
-        if t in self._frames or self.used + frame.nbytes > self.budget:
-            return
-        import torch
-
-        self._frames[t] = torch.from_numpy(np.ascontiguousarray(frame)).to(self.device)
-        self.used += frame.nbytes
-
-    def get(self, t: int):
-        return self._frames.get(int(t))
-
-    def __len__(self) -> int:
-        return len(self._frames)
-
-
 class LazyCrops:
     """The aligned crops of frames that are decoded on demand (media.frame_source.VideoFrames): a
     uint8 [N, S, S, 3] array-like that warps a crop when it is read and keeps the last few, so a
     long video's crops are never all in memory (a 5-minute clip's would be 1.7 GB at 256 px)."""
 
-    def __init__(self, frames, affines: np.ndarray, crop_size: int, keep: int = 256,
-                 device_frames: DeviceFrames | None = None):
+    def __init__(self, frames, affines: np.ndarray, crop_size: int, keep: int = 256):
         self.frames, self.affines, self.crop_size = frames, np.asarray(affines, np.float64), int(crop_size)
-        self.device_frames = device_frames  # frames already on a GPU (the tracker's), used by many()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._keep = keep
 
@@ -231,8 +200,7 @@ class LazyCrops:
             if misses:
                 from .warp_torch import crop_frames_torch
 
-                made = crop_frames_torch(self._device_frames(misses, device), self.affines[misses], self.crop_size,
-                                         device)
+                made = crop_frames_torch(self.frames[misses], self.affines[misses], self.crop_size, device)
                 for t, crop in zip(misses, made.cpu().numpy()):
                     crop.flags.writeable = False
                     self._cache[t] = crop
@@ -242,20 +210,6 @@ class LazyCrops:
         while len(self._cache) > self._keep:
             self._cache.popitem(last=False)
         return out
-
-    def _device_frames(self, idx: list[int], device):
-        """uint8 [B, H, W, 3] frames `idx` on `device`: the tracker's copies where there are, the rest read
-        (decoded) and uploaded together."""
-        import torch
-
-        store = self.device_frames
-        have = {t: store.get(t) for t in idx} if store is not None and torch.device(store.device) == \
-            torch.device(device) else {}
-        rest = [t for t in idx if have.get(t) is None]
-        if rest:
-            read = torch.from_numpy(np.ascontiguousarray(self.frames[rest])).to(device)
-            have.update(zip(rest, read))
-        return torch.stack([have[t] for t in idx])
 
     def __getitem__(self, key):
         if isinstance(key, (int, np.integer)):
@@ -336,14 +290,8 @@ def align_faces(frames: np.ndarray, fps: float, *, crop_size: int = 256, expand:
 
         runners = default_runners()
 
-    store = None
-    if lazy:
-        from ..engines.face.detect import runner_device
-
-        device = runner_device(runners[1])  # face models on a GPU: keep the frames there as they are read
-        store = DeviceFrames(device) if device is not None else None
     raw = track_faces(frames, runners, stride=stride, face_index=face_index, min_presence=min_presence,
-                      progress=progress, detector=detector, keep=None if store is None else store.add)
+                      progress=progress, detector=detector)
     found = raw.found
     what = "the photo" if n == 1 else f"any of the {n} frames"
     if not found.any():
@@ -383,8 +331,7 @@ def align_faces(frames: np.ndarray, fps: float, *, crop_size: int = 256, expand:
         warnings.append(f"the face is tiny (~{np.median(heights):.0f} px tall, under {TINY_FACE_PX} px): "
                         f"the {crop_size}px crop is heavily upscaled and landmarks are unreliable; use "
                         "closer or higher-resolution footage")
-    crops = LazyCrops(frames, affines, crop_size, device_frames=store) if lazy else \
-        crop_frames(frames, affines, crop_size)
+    crops = LazyCrops(frames, affines, crop_size) if lazy else crop_frames(frames, affines, crop_size)
     return FaceTrack(frames=frames, fps=fps, crop_size=crop_size, found=found.copy(), boxes=boxes,
                      landmarks=landmarks, affines=affines, presence=raw.presence, crops=crops,
                      interpolated_count=int(missing.size), warnings=warnings, face_index=face_index,

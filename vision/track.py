@@ -153,10 +153,8 @@ def _closest(faces: list, last: np.ndarray) -> int | None:
 
 def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: int, face_index: int,
                 min_presence: float, progress: Progress | None = None,
-                detector: Callable[[np.ndarray], list[FaceBox]] | None = None,
-                keep: Callable[[int, np.ndarray], None] | None = None) -> RawTrack:
-    """Mesh landmarks of one face on every frame where it can be found. keep(t, frame) is called with
-    every frame as it is read (align.DeviceFrames keeps them on the GPU)."""
+                detector: Callable[[np.ndarray], list[FaceBox]] | None = None) -> RawTrack:
+    """Mesh landmarks of one face on every frame where it can be found."""
     run_det, run_mesh = runners
     n = len(frames)
     found = np.zeros(n, bool)
@@ -168,7 +166,7 @@ def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: i
     read_ahead = ReadAhead(frames, n) if n > 1 and callable(getattr(frames, "frame", None)) else None
     try:
         _track(frames, n, raw, cut_detector, run_det, run_mesh, stride, face_index, min_presence, progress,
-               detector, read_ahead, keep)
+               detector, read_ahead)
     finally:
         if read_ahead is not None:
             read_ahead.close()
@@ -177,8 +175,7 @@ def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: i
 
 def _track(frames, n: int, raw: RawTrack, cut_detector: CutDetector, run_det: Runner, run_mesh: Runner,
            stride: int, face_index: int, min_presence: float, progress: Progress | None,
-           detector: Callable[[np.ndarray], list[FaceBox]] | None, read_ahead: ReadAhead | None,
-           keep: Callable[[int, np.ndarray], None] | None) -> None:
+           detector: Callable[[np.ndarray], list[FaceBox]] | None, read_ahead: ReadAhead | None) -> None:
     """track_faces' loop over the frames, filling `raw`."""
     found, landmarks, presence = raw.found, raw.landmarks, raw.presence
     prev: np.ndarray | None = None      # landmarks of the previous frame (tracking)
@@ -186,8 +183,6 @@ def _track(frames, n: int, raw: RawTrack, cut_detector: CutDetector, run_det: Ru
     last_detect = -stride
     for t in range(n):
         frame = frames[t] if read_ahead is None else read_ahead.get(t)
-        if keep is not None:
-            keep(t, frame)
         if n > 1 and cut_detector.is_cut(frame):
             raw.scene_cuts.append(t)
             prev = last = None
