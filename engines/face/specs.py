@@ -40,8 +40,8 @@ def _spec(name: str, model: str, size: int, input_name: str, output_names: list[
         name=name, onnx_path=paths[model],
         profiles={input_name: TensorProfile(shape, shape, (16, size, size, 3))},
         torch_factory=lambda: build(paths[f"{model}_tflite"]),
-        # FP32 on the GPU too: the nets are tiny (FP16 saves nothing measurable on the tracker's
-        # batch-1 calls) and the landmarks, hence every crop, stay those of the CPU path to ~1e-3 px
+        # FP32 on the GPU too: the nets are tiny (batch-1 calls in the tracker, launch-bound) and the
+        # landmarks, hence every crop, stay close to the CPU path's (H200: within 0.07 px, RESULTS.md)
         torch_auto_precision="fp32",
         input_names=(input_name,), output_names=tuple(output_names))
 

@@ -1,8 +1,10 @@
 """The face models' input sampling (detect.warp_affine) on a torch device, for runners that take device tensors.
 
-On a GPU the face tracker's time went to the numpy sampler, not the networks: ~5 ms a call for the
-192x192 mesh crop and the 128x128 letterbox (their box pre-filter and four gathers), against ~1 ms
-for the mesh itself (H200 host, 256 frames of a 512x512 video: 3-5 s of FaceAlign). Here the same
+The face tracker's time went to the numpy sampler more than to the networks (profiled on a 2-core VM: 17 ms
+a call for the 192x192 mesh crop or the 128x128 letterbox, their box pre-filter and four gathers, against 4.5 ms
+for the ONNX mesh), so moving only the networks to a GPU would have left most of it (a 512x512 video's 267
+frames: FaceAlign 4.3 s with the CPU face models on an H200 host, 0.54 s with this and the torch models there,
+RESULTS.md). Here the same
 region (detect.input_region: host float64, so the integer decisions - region, pre-filter block size
 and grid - are the numpy path's) is uploaded as uint8, box-averaged with avg_pool2d and sampled with
 one grid_sample; the output stays on the device for the network.
