@@ -20,6 +20,10 @@ from digital_human.engines.cosyvoice.release import ReleaseFilesMissing, check_r
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cosyvoice" / "reduced.npz"
 TOL = 1e-4
+# HiFT's waveform goes through ~30 conv layers and an inverse STFT: on a CPU other than the one that made
+# the fixture (another VM of the same kind, 2026-12-01) float32 summation order moved it by 1.5e-4 of a
+# 0.99 peak while every earlier stage stayed below 5e-6; an implementation error shows as >1e-2
+HIFT_TOL = 5e-4
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,7 @@ def test_every_stage_matches_the_reference(release):
     assert result["lm_token_mismatches"] == 0, result  # same seed -> same speech tokens
     assert result["lm_logp_max_abs"] <= TOL, result
     assert result["flow_mel_max_abs"] <= TOL, result
-    assert result["hift_wave_max_abs"] <= TOL, result
+    assert result["hift_wave_max_abs"] <= HIFT_TOL, result
     assert result["prompt_mel_max_abs"] <= TOL, result
 
 
