@@ -252,12 +252,20 @@ def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: 
     if adaptive:
         from .talking_head.crop_choice import choose_crop_size
 
+        from .vision.align import NoFaceError
+
         # decided on the first frame at 256 px (for a photo that is the whole alignment, kept if 256 stays)
         first = frames if isinstance(frames, np.ndarray) and len(frames) == 1 else np.asarray(frames[0])[None]
-        probe, _ = timer.run("align", _align_frames, first, src_fps, backend=backend, face_index=face_index)
-        size, why = choose_crop_size(probe.affines[:1])
-        if size == 256 and len(frames) == 1:
-            return probe, fps, probe.summary() + "; " + why
+        try:
+            probe, _ = timer.run("align", _align_frames, first, src_fps, backend=backend, face_index=face_index)
+            size, why = choose_crop_size(probe.affines[:1])
+        except NoFaceError:
+            if len(frames) == 1:
+                raise  # a photo without the face: the same error the alignment itself gives
+            size, why = 256, "crop 256 px: no face on the video's first frame to size it by"
+        else:
+            if size == 256 and len(frames) == 1:
+                return probe, fps, probe.summary() + "; " + why
     faces, align_report = timer.run("align", _align_frames, frames, src_fps, crop_size=size, backend=backend,
                                     face_index=face_index)
     return faces, fps, align_report + (f"; {why}" if why else "")
