@@ -75,14 +75,13 @@ def bandpass(x: np.ndarray, sample_rate: float, low_hz: float, high_hz: float, o
     return fft_convolve(x, h)[: x.size]
 
 
-def _padded_windows(x: np.ndarray, size: int) -> np.ndarray:
-    """[len(x), size] windows of x centred as scipy.ndimage centres them, edges repeated ("nearest")."""
+def _pad_nearest(x: np.ndarray, size: int) -> np.ndarray:
+    """x with its edge values repeated so that window i of `size` samples is centred on x[i] as
+    scipy.ndimage centres it (size // 2 before, the rest after)."""
     if size < 1:
         raise ValueError(f"window size must be >= 1, got {size}")
-    x = np.asarray(x).reshape(-1)
     left = size // 2
-    padded = np.concatenate([np.repeat(x[:1], left), x, np.repeat(x[-1:], size - 1 - left)])
-    return np.lib.stride_tricks.sliding_window_view(padded, size)
+    return np.concatenate([np.repeat(x[:1], left), x, np.repeat(x[-1:], size - 1 - left)])
 
 
 def running_mean(x: np.ndarray, size: int) -> np.ndarray:
@@ -90,9 +89,7 @@ def running_mean(x: np.ndarray, size: int) -> np.ndarray:
     x = np.asarray(x, np.float64).reshape(-1)
     if x.size == 0:
         return x.copy()
-    left = size // 2
-    padded = np.concatenate([np.repeat(x[:1], left), x, np.repeat(x[-1:], size - 1 - left)])
-    c = np.concatenate([[0.0], np.cumsum(padded)])
+    c = np.concatenate([[0.0], np.cumsum(_pad_nearest(x, size))])
     return (c[size:] - c[:-size]) / size
 
 
@@ -101,4 +98,4 @@ def running_min(x: np.ndarray, size: int) -> np.ndarray:
     x = np.asarray(x).reshape(-1)
     if x.size == 0:
         return x.copy()
-    return _padded_windows(x, size).min(axis=1)
+    return np.lib.stride_tricks.sliding_window_view(_pad_nearest(x, size), size).min(axis=1)

@@ -39,16 +39,14 @@ def _idle_motion(idle_motion: str) -> bool:
     return idle_motion == "auto"
 
 
-def _phones(audio: Any, visemes: str, model: str, avatar: Any = None) -> Any:
-    """PhoneSource: the AUDIO's phone timings (TRT_TTS's side channel), else the aligner's (visemes auto),
-    for models that read phones; with a note for the report."""
-    from ..audio import from_comfy_audio
+def _phones(audio: Any, wave: Any, rate: int, visemes: str, model: str, avatar: Any = None) -> Any:
+    """PhoneSource: the AUDIO's phone timings (TRT_TTS's side channel), else the aligner's on its samples
+    `wave` (visemes auto), for models that read phones; with a note for the report."""
     from ..audio.phone_channel import phones_from_audio
     from ..talking_head.phone_source import speech_phones
     from ..talking_head.registry import resolve
 
     entry, _ = resolve(model, avatar)
-    wave, rate = from_comfy_audio(audio)
     return speech_phones(phones_from_audio(audio), wave, rate, visemes, model_reads_phones=entry.reads_phones)
 
 
@@ -129,7 +127,7 @@ class TRT_TalkingHead:
             progress.update(done - progress.done)
 
         _check_output_memory(faces, wave, rate, fps)
-        phones = _phones(audio, visemes, model, avatar)
+        phones = _phones(audio, wave, rate, visemes, model, avatar)
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, phase_progress(report_progress, 0), interrupted,
                               phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed)
@@ -211,7 +209,7 @@ class TalkingHeadVideo:
             return lambda done, total: progress.update(share_start + share * done // max(total, 1) - progress.done)
 
         path, subfolder = next_output_path(filename_prefix, format)  # a bad prefix fails before any work
-        phones = _phones(audio, visemes, model, avatar)
+        phones = _phones(audio, wave, rate, visemes, model, avatar)
         # crops are made chunk by chunk while the video is encoded: memory does not grow with the length
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, None, interrupted, streaming=True,

@@ -20,8 +20,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
-
 log = logging.getLogger("digital_human")
 
 VISEME_MODES = ("auto", "tts-only", "off")
@@ -31,16 +29,6 @@ VISEME_MODES = ("auto", "tts-only", "off")
 class PhoneSource:
     phones: list | None  # (phone, start_s, end_s[, confidence]) or None: the audio features drive the mouth
     note: str            # one line for the node/CLI report: where the phones came from, or why none
-
-
-def _mono(wave: Any) -> np.ndarray:
-    """Mono float32 samples of a [T], [C, T] or [B, C, T] waveform (numpy or torch; batch item 0)."""
-    if hasattr(wave, "detach"):
-        wave = wave.detach().cpu().numpy()
-    w = np.asarray(wave, np.float32)
-    while w.ndim > 2:
-        w = w[0]
-    return w.mean(axis=0) if w.ndim == 2 else w.reshape(-1)
 
 
 def speech_phones(carried: Sequence[Any] | None, wave: Any, sample_rate: int, mode: str = "auto",
@@ -61,8 +49,9 @@ def speech_phones(carried: Sequence[Any] | None, wave: Any, sample_rate: int, mo
         return PhoneSource(None, "no phone timings with this audio (visemes tts-only): the mouth follows the "
                                  "audio features")
     from ..audio.phone_align import align_phones
+    from .audio_features import to_mono
 
-    result = align_phones(_mono(wave), int(sample_rate), text=transcript, language=language)
+    result = align_phones(to_mono(wave), int(sample_rate), text=transcript, language=language)
     if not result.ok:
         note = f"no phone timings ({result.reason}): the mouth follows the audio features"
         log.info("visemes: %s", note)

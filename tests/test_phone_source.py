@@ -75,7 +75,7 @@ def test_user_speech_gets_the_aligners_phones(english_clip):
     # torch [B, C, T] (ComfyUI's AUDIO layout) gives the same phones as the mono numpy wave
     import torch
 
-    batched = speech_phones(None, torch.from_numpy(np.stack([wave, wave]))[None], rate, "auto")
+    batched = speech_phones(None, torch.from_numpy(np.concatenate([wave, wave]))[None], rate, "auto")
     assert batched.phones == loop.phones
     forced = speech_phones(None, wave, rate, "auto", transcript="someone call me nature others call me mother nature")
     assert forced.phones and "forced alignment" in forced.note
