@@ -18,7 +18,8 @@ from ...vision.faces import CropLandmarks, apply_affines, invert_affines
 from ...vision.paste import lower_face_mask
 from ..driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
                       phase_progress, reference_warnings, validate_audio, validate_track)
-from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, render_mouth
+from .mouth_bank import LIP_POINTS, MouthBank, blend_mouth, build_bank, select_frames, shape_features
+from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, mouth_shape, render_mouth
 from .speech_drive import MouthParams, mouth_params
 
 MODEL_NAME = "portrait"
@@ -46,8 +47,10 @@ class _PortraitRenderer:
     and paste mask are made once and kept for the most recent reference frames only (a video
     reference has one per frame)."""
 
-    def __init__(self, track, idx: np.ndarray, params, keep: int = 256):
+    def __init__(self, track, idx: np.ndarray, params, keep: int = 256, bank: MouthBank | None = None,
+                 bank_idx: np.ndarray | None = None):
         self.track, self.idx, self.params = track, idx, params
+        self.bank, self.bank_idx = bank, bank_idx  # the mouth bank and its frame per output frame
         self.size = track.crop_size
         self.crop_lms = CropLandmarks(track)  # per frame on demand: flat in the video's length
         self.inv = invert_affines(track.affines)
@@ -82,8 +85,13 @@ class _PortraitRenderer:
             r = int(idx[i])
             pose = MouthPose(float(params.jaw_open[i]), float(params.lip_open[i]), float(params.width[i]),
                              float(params.round[i]))
-            crops[i - start] = render_mouth(refs[r], geoms[r], pose)
-            lms[i - start, :, :2] = apply_affines(drive_landmarks(geoms[r], self.crop_lms[r], pose), self.inv[r])
+            driven = drive_landmarks(geoms[r], self.crop_lms[r], pose)
+            # with a bank the lips and the opening between them are the person's own (drawn interior hidden)
+            crop = render_mouth(refs[r], geoms[r], pose, interior=self.bank is None)
+            if self.bank is not None:
+                crop = blend_mouth(crop, driven, self.bank, int(self.bank_idx[i]))
+            crops[i - start] = crop
+            lms[i - start, :, :2] = apply_affines(driven, self.inv[r])
 
         for_each_frame(render_one, start, stop)
         return crops, lms
@@ -93,12 +101,16 @@ def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
                    loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
                    batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
                    should_stop: Callable[[], bool] | None = None, streaming: bool = False,
-                   phones: Sequence[Any] | None = None) -> GeneratedCrops:
+                   phones: Sequence[Any] | None = None, mouth_bank: Any = "off") -> GeneratedCrops:
     """The re-posed crop of every output frame (no paste-back yet); arguments as animate_portrait.
     streaming: return at once with crops made on demand (GeneratedCrops.render), for the headless
     video path, whose memory must not grow with the length.
     phones: (phone, start_s, end_s[, confidence]) timings of the speech (TTS or aligner): the mouth
-    then takes viseme shapes (viseme_drive.py); None keeps the audio-only drive, frame for frame."""
+    then takes viseme shapes (viseme_drive.py); None keeps the audio-only drive, frame for frame.
+    mouth_bank: "off" (the drawn mouth interior), "auto" (a video reference's own frames are the bank;
+    a photo keeps the drawn interior), a FaceTrack of another talking video of the same person, or a
+    built MouthBank: each frame's lips and mouth are then the bank frame nearest the driven shape,
+    warped into place (mouth_bank.py); the report says whether it ran and on how many frames."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     validate_track(track)
@@ -114,12 +126,62 @@ def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
 
     warnings = reference_warnings(track, idx, n_out, fps, loop_mode,
                                   "; their mouths follow the interpolated position")
-    renderer = _PortraitRenderer(track, idx, params)
-    backend = _backend_name() + ("; visemes from phone timings" if phones else "")
+    bank, bank_idx = _bank_schedule(mouth_bank, track, idx, params, timings)
+    renderer = _PortraitRenderer(track, idx, params, bank=bank, bank_idx=bank_idx)
+    backend = (_backend_name() + ("; visemes from phone timings" if phones else "")
+               + (f"; {bank.summary()}" if bank is not None else ""))
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=backend, timings=timings, warnings=warnings, render=renderer.render,
                          mask_of=renderer.mask)
     return gen.finished(streaming, progress, should_stop, batch=batch_size, timing="render")
+
+
+MOUTH_BANK_MODES = ("auto", "off")
+
+
+def resolve_mouth_bank(mouth_bank: Any, track) -> MouthBank | None:
+    """The MouthBank that `mouth_bank` names for reference `track` (see portrait_crops), or None."""
+    if isinstance(mouth_bank, MouthBank):
+        return mouth_bank
+    if mouth_bank is None or mouth_bank is False or (isinstance(mouth_bank, str) and mouth_bank == "off"):
+        return None
+    if isinstance(mouth_bank, str):
+        if mouth_bank != "auto":
+            raise ValueError(f"mouth_bank must be one of {MOUTH_BANK_MODES}, a FaceTrack or a MouthBank, "
+                             f"got {mouth_bank!r}")
+        return build_bank(track) if len(track) > 1 else None  # a photo has one mouth: nothing to choose
+    return build_bank(mouth_bank, origin="the bank video")  # a FaceTrack of another video
+
+
+def target_shapes(track, idx: np.ndarray, params: MouthParams) -> np.ndarray:
+    """float32 [M, 6] mouth-shape features (mouth_bank.shape_features) of every output frame's driven
+    lips, from the landmarks alone (no crop is read), for choosing bank frames before rendering."""
+    crop_lms = CropLandmarks(track)
+    ids = np.concatenate([LIP_POINTS, [33, 263]])
+    pts = np.zeros((len(idx), 468, 2), np.float32)
+    geoms: dict[int, MouthGeometry] = {}
+    for i, r in enumerate(np.asarray(idx, np.int64)):
+        r = int(r)
+        if r not in geoms:
+            geoms = geoms if len(geoms) < 256 else {}
+            geoms[r] = mouth_shape(crop_lms[r], track.crop_size)
+        pose = MouthPose(float(params.jaw_open[i]), float(params.lip_open[i]), float(params.width[i]),
+                         float(params.round[i]))
+        pts[i, ids] = drive_landmarks(geoms[r], crop_lms[r], pose, points=ids)
+    return shape_features(pts)
+
+
+def _bank_schedule(mouth_bank: Any, track, idx: np.ndarray, params: MouthParams,
+                   timings: dict[str, float]) -> tuple[MouthBank | None, np.ndarray | None]:
+    """(bank, bank frame per output frame), or (None, None) when no bank runs; the time to build the
+    bank and to choose its frames goes to timings["mouth_bank"] (reported apart from rendering)."""
+    t0 = time.perf_counter()
+    bank = resolve_mouth_bank(mouth_bank, track)
+    if bank is None:
+        return None, None
+    chosen = select_frames(bank.features, target_shapes(track, idx, params), bank.source, bank.stride)
+    timings["mouth_bank"] = time.perf_counter() - t0
+    return bank, chosen
 
 
 def _drive(wave: np.ndarray, rate: int, fps: float, n_out: int, phones: Sequence[Any] | None) -> MouthParams:
@@ -137,17 +199,18 @@ def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | No
                      loop_mode: str = "ping-pong", max_audio_seconds: float = 600.0, strength: float = 1.0,
                      batch_size: int = 64, progress: Callable[[int, int], None] | None = None,
                      should_stop: Callable[[], bool] | None = None,
-                     phones: Sequence[Any] | None = None) -> TalkingHeadResult:
+                     phones: Sequence[Any] | None = None, mouth_bank: Any = "off") -> TalkingHeadResult:
     """Animate `track` (DH_FACES) with `audio` (mono float32 [T], or [C, T] / [B, C, T]).
 
     fps: output frame rate (None/0 = the track's own). Output frames = ceil(audio seconds x fps).
     loop_mode: how a video reference covers audio longer than itself ("loop", "ping-pong", "hold").
     strength: mouth-motion amplitude (1 = default). batch_size: frames per progress step (0 = 64).
     progress(done, total) after each batch, over rendering then paste-back; should_stop() -> True
-    aborts with InterruptedError. phones: the speech's phone timings (see portrait_crops)."""
+    aborts with InterruptedError. phones: the speech's phone timings; mouth_bank: the person's own
+    mouths (see portrait_crops)."""
     gen = portrait_crops(track, audio, sample_rate, fps, loop_mode=loop_mode, max_audio_seconds=max_audio_seconds,
                          strength=strength, batch_size=batch_size, progress=phase_progress(progress, 0),
-                         should_stop=should_stop, phones=phones)
+                         should_stop=should_stop, phones=phones, mouth_bank=mouth_bank)
     return paste_generated(gen, resolve_batch_size(batch_size), phase_progress(progress, 1), should_stop)
 
 

@@ -80,7 +80,16 @@ class MouthGeometry:
 def mouth_geometry(crop: np.ndarray, lms: np.ndarray) -> MouthGeometry:
     """Measure the mouth frame, lip profile and colours of one aligned crop [S, S, 3] with its
     crop landmarks [468, 2]."""
-    p = np.asarray(lms, np.float64)[:, :2]
+    return _geometry(np.asarray(lms, np.float64)[:, :2], crop.shape[0], crop)
+
+
+def mouth_shape(lms: np.ndarray, crop_size: int) -> MouthGeometry:
+    """mouth_geometry without the colours (zero): all that drive_landmarks needs, from the landmarks
+    alone (no crop decoded), e.g. for the target shape of every output frame before any is rendered."""
+    return _geometry(np.asarray(lms, np.float64)[:, :2], int(crop_size), None)
+
+
+def _geometry(p: np.ndarray, s: int, crop: np.ndarray | None) -> MouthGeometry:
     eye = p[EYE_L] - p[EYE_R]
     iod = float(np.linalg.norm(eye))
     ex = eye / max(iod, 1e-6)
@@ -96,9 +105,10 @@ def mouth_geometry(crop: np.ndarray, lms: np.ndarray) -> MouthGeometry:
     gap = np.maximum(v[lo] - v[up], 0.0)
     u0 = float((u[78] + u[308]) / 2)
     half_w = float(max(abs(u[308] - u[78]) / 2, 0.05 * iod))
-    s = crop.shape[0]
 
     def sample(points: np.ndarray) -> np.ndarray:
+        if crop is None:
+            return np.zeros(3)
         ij = np.clip(np.rint(points - 0.5).astype(int), 0, s - 1)
         return crop[ij[:, 1], ij[:, 0]].astype(np.float64).mean(0)
 
@@ -157,15 +167,18 @@ def _fields(g: MouthGeometry, pose: MouthPose, u: np.ndarray, v: np.ndarray,
     return du, (lip * (1.0 - wj) + jaw * wj) * neck
 
 
-def drive_landmarks(g: MouthGeometry, lms: np.ndarray, pose: MouthPose) -> np.ndarray:
+def drive_landmarks(g: MouthGeometry, lms: np.ndarray, pose: MouthPose,
+                    points: np.ndarray | None = None) -> np.ndarray:
     """The reference crop landmarks [468, 2] moved by the forward fields (lip points by their side;
-    other points by which side of the reference's closed lip line they are on)."""
-    p = np.asarray(lms, np.float64)[:, :2]
+    other points by which side of the reference's closed lip line they are on). points: mesh indices
+    to move (returns [len(points), 2]); None = all 468."""
+    ids = np.arange(len(lms)) if points is None else np.asarray(points, np.int64)
+    p = np.asarray(lms, np.float64)[ids, :2]
     u, v = g.to_uv(p)
     v_closed = np.interp(u, g.col_u, g.v_up + ALPHA * g.gap_ref)
     lower = v > v_closed
-    lower[list(UPPER_SET)] = False
-    lower[list(LOWER_SET)] = True
+    lower[np.isin(ids, list(UPPER_SET))] = False
+    lower[np.isin(ids, list(LOWER_SET))] = True
     out = p.copy()
     for side in (False, True):
         sel = lower == side
@@ -218,8 +231,11 @@ def _interior(g: MouthGeometry, pose: MouthPose, u: np.ndarray, v: np.ndarray, v
     return col * (1 - a) + teeth * a
 
 
-def render_mouth(crop: np.ndarray, g: MouthGeometry, pose: MouthPose, iterations: int = 4) -> np.ndarray:
-    """The crop [S, S, 3] uint8 with its mouth re-posed; pixels outside g.roi are unchanged."""
+def render_mouth(crop: np.ndarray, g: MouthGeometry, pose: MouthPose, iterations: int = 4,
+                 interior: bool = True) -> np.ndarray:
+    """The crop [S, S, 3] uint8 with its mouth re-posed; pixels outside g.roi are unchanged.
+    interior: draw the mouth interior between the lips (False: the warp only, for a caller that
+    covers the mouth with real pixels, the mouth bank)."""
     x0, y0, x1, y1 = g.roi
     out = crop.copy()
     if x1 <= x0 or y1 <= y0:
@@ -249,8 +265,8 @@ def render_mouth(crop: np.ndarray, g: MouthGeometry, pose: MouthPose, iterations
     # interior between the target curves, inside the corners (1 px anti-aliased edges)
     inside_w = np.abs(u - (top_u[0] + top_u[-1]) / 2) < (top_u[-1] - top_u[0]) / 2
     alpha = np.clip(np.minimum(v - v_top, v_bot - v) + 0.5, 0.0, 1.0) * inside_w
-    if alpha.any():
-        interior = _interior(g, pose, u, v, v_top, v_bot)
-        warped = warped * (1 - alpha[..., None]) + interior * alpha[..., None]
+    if interior and alpha.any():
+        drawn = _interior(g, pose, u, v, v_top, v_bot)
+        warped = warped * (1 - alpha[..., None]) + drawn * alpha[..., None]
     out[y0:y1, x0:x1] = np.clip(np.rint(warped), 0, 255).astype(np.uint8)
     return out
