@@ -79,7 +79,9 @@ def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
     from .nodes.voice_nodes import TRT_TTS
     from .preflight import check_speak_args
     from .voice.speaker import SpeakerProfile
+    from .warmup import start_warmup
 
+    start_warmup(tts_backend=args.backend if args.engine == "kokoro" else None)
     timer = StageTimer()
     text = timer.run("preflight", check_speak_args, args)  # every input checked before any heavy work
     speaker = None
@@ -367,7 +369,9 @@ def _speech_phones(args: argparse.Namespace, wave: Any, rate: int) -> Any:
 def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
     from .audio import decode_audio
     from .preflight import check_animate_args
+    from .warmup import start_warmup
 
+    start_warmup()  # torch imports while the inputs are checked
     timer = StageTimer()
     timer.run("preflight", check_animate_args, args)  # every input checked before any heavy work
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio))
@@ -401,7 +405,9 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     """The main job: voice clip + face + text -> lip-synced MP4 in the cloned voice."""
     from .nodes.voice_nodes import TRT_TTS
     from .preflight import check_run_args
+    from .warmup import start_warmup
 
+    start_warmup(tts_backend=args.backend)  # torch and the TTS session load while the inputs are checked
     timer = StageTimer()
     text = timer.run("preflight", check_run_args, args)  # every input checked before any heavy work
     if getattr(args, "speaker", None):  # a saved speaker (`embed`, or a batch's shared voice fit)

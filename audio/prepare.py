@@ -13,7 +13,8 @@ meant for music beds or crowds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -389,10 +390,39 @@ def prepare_reference(waveform: np.ndarray, sample_rate: int, *, target_sr: int 
 
 
 def load_reference(path: str | Path, **kw) -> PreparedAudio:
-    """decode_audio + prepare_reference, with the file name as `source`."""
+    """decode_audio + prepare_reference, with the file name as `source`.
+
+    The last result is kept for the same unchanged file and options: the CLI's input check and
+    LoadReferenceAudio read the same clip one after the other, and decoding + speech detection is
+    most of a second on a small CPU. Callers get their own lists; the shared waveform is read-only."""
+    global _LAST_LOADED
+    key = _file_key(path, kw)
+    if key is not None and _LAST_LOADED is not None and _LAST_LOADED[0] == key:
+        return _own_copy(_LAST_LOADED[1])
     max_seconds = float(kw.get("max_seconds", 600.0))
     # Decode a little past the cap: enough for prepare_reference to see (and report) that the
     # file is longer, without holding an hour-long file in memory.
     wave, sr = decode_audio(path, max_seconds=max_seconds + 1.0)
     kw.setdefault("source", Path(path).name)
-    return prepare_reference(wave, sr, **kw)
+    prepared = prepare_reference(wave, sr, **kw)
+    prepared.waveform.setflags(write=False)
+    if key is not None:
+        _LAST_LOADED = (key, prepared)
+    return _own_copy(prepared)
+
+
+_LAST_LOADED: tuple[tuple, PreparedAudio] | None = None
+
+
+def _file_key(path: str | Path, kw: dict) -> tuple | None:
+    """Identity of a decode: the file (resolved path, size, modification time) and the options."""
+    try:
+        stat = os.stat(path)
+        options = tuple(sorted((name, repr(value)) for name, value in kw.items()))
+    except (OSError, TypeError):
+        return None
+    return (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, options)
+
+
+def _own_copy(prepared: PreparedAudio) -> PreparedAudio:
+    return replace(prepared, segments=list(prepared.segments), warnings=list(prepared.warnings))

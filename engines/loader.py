@@ -95,7 +95,8 @@ class EngineLoader:
     def __init__(self, vram_budget_bytes: int | None = None) -> None:
         self._runners: OrderedDict[str, tuple[Runner, int, str]] = OrderedDict()
         self._failed: dict[str, str] = {}  # cache key -> why that backend could not load (until release())
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # guards the dicts; never held while a model loads
+        self._key_locks: dict[str, threading.Lock] = {}
         self.vram_budget = vram_budget_bytes
         self.load_count = 0  # how many real loads happened (tests check cache hits with it)
         self._loader: Callable[[ModelSpec, str, str, str], Runner] = _load_one
@@ -105,15 +106,18 @@ class EngineLoader:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got '{precision}'")
         tried: list[str] = []
-        with self._lock:
-            for name, device in candidate_order(backend, self._has_cuda()):
-                key = runner_cache_key(spec, name, device, precision, _lib_version(name))
-                if key in self._runners:
-                    self._runners.move_to_end(key)
-                    return self._runners[key][0]
-                if key in self._failed:  # said once already; a missing library does not appear mid-run
-                    tried.append(self._failed[key])
-                    continue
+        for name, device in candidate_order(backend, self._has_cuda()):
+            key = runner_cache_key(spec, name, device, precision, _lib_version(name))
+            # One load per key at a time, but different models load in parallel: the CLI opens the
+            # TTS session on a background thread while the main thread checks inputs and loads others.
+            with self._key_lock(key):
+                with self._lock:
+                    if key in self._runners:
+                        self._runners.move_to_end(key)
+                        return self._runners[key][0]
+                    if key in self._failed:  # said once already; a missing library does not appear mid-run
+                        tried.append(self._failed[key])
+                        continue
                 try:
                     runner = self._load_with_budget(spec, name, device, precision)
                 except Exception as exc:  # fall through to the next backend, and say why
@@ -122,7 +126,8 @@ class EngineLoader:
                     # a missing library or a broken file stays so until release(); running out of memory
                     # does not (another model may be freed), so that backend is tried again next time
                     if not (isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()):
-                        self._failed[key] = reason
+                        with self._lock:
+                            self._failed[key] = reason
                     # details for whoever debugs a backend; the user gets one line below
                     log.debug("[digital_human] %s could not load on %s (%s); trying the next backend",
                               spec.name, f"{name}-{device}", exc)
@@ -131,10 +136,15 @@ class EngineLoader:
                 runner.info.cache_key = runner.info.cache_key or key
                 _announce(spec, runner, backend, tried)
                 size = _estimate_bytes(spec) if runner.info.device == "cuda" else 0
-                self._runners[key] = (runner, size, stage)
-                self.load_count += 1
+                with self._lock:
+                    self._runners[key] = (runner, size, stage)
+                    self.load_count += 1
                 return runner
         raise RuntimeError(f"no backend could load '{spec.name}':\n  " + "\n  ".join(tried))
+
+    def _key_lock(self, key: str) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(key, threading.Lock())
 
     def _load_with_budget(self, spec: ModelSpec, backend: str, device: str, precision: str) -> Runner:
         if device == "cuda":
@@ -149,12 +159,13 @@ class EngineLoader:
     def _evict_until(self, needed: int) -> None:
         if self.vram_budget is None:
             return
-        used = sum(size for _, size, _ in self._runners.values())
-        while self._runners and used + needed > self.vram_budget:
-            key, (runner, size, _) = self._runners.popitem(last=False)
-            log.info("[digital_human] evicting %s to stay under the VRAM budget", key)
-            runner.release()
-            used -= size
+        with self._lock:
+            used = sum(size for _, size, _ in self._runners.values())
+            while self._runners and used + needed > self.vram_budget:
+                key, (runner, size, _) = self._runners.popitem(last=False)
+                log.info("[digital_human] evicting %s to stay under the VRAM budget", key)
+                runner.release()
+                used -= size
 
     def release(self, stage: str | None = None) -> int:
         """Drop cached runners (all, or those loaded for one stage, e.g. "voice"); returns how many."""
@@ -174,7 +185,8 @@ class EngineLoader:
         return len(keys)
 
     def loaded(self) -> list[str]:
-        return [runner.info.summary() for runner, _, _ in self._runners.values()]
+        with self._lock:
+            return [runner.info.summary() for runner, _, _ in self._runners.values()]
 
 
 def _announce(spec: ModelSpec, runner: Runner, requested: str, tried: list[str]) -> None:

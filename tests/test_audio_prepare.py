@@ -274,3 +274,31 @@ def test_audio_package_imports_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "load_reference" in out.stdout
+
+
+def test_load_reference_reuses_the_last_decode_of_an_unchanged_file(speech, tmp_path, monkeypatch):
+    """The CLI checks the clip, then LoadReferenceAudio reads it again: the second read is the first's
+    result (own lists, read-only shared samples); a changed file or other options decode again."""
+    import os
+
+    from digital_human.audio import prepare as prepare_mod
+
+    path = tmp_path / "clip.wav"
+    sf.write(path, speech[: 8 * SR], SR)
+    calls: list[str] = []
+    real_decode = prepare_mod.decode_audio
+    monkeypatch.setattr(prepare_mod, "decode_audio", lambda *a, **k: (calls.append("decode"), real_decode(*a, **k))[1])
+    first = load_reference(path)
+    said = list(first.warnings)
+    first.warnings.append("a caller's own note")
+    second = load_reference(path)
+    assert calls == ["decode"] and second.warnings == said and second.segments == first.segments
+    assert np.array_equal(first.waveform, second.waveform)
+    with pytest.raises(ValueError):
+        second.waveform[0] = 1.0  # shared between callers: nobody may change it in place
+    load_reference(path, max_seconds=7.9)
+    assert calls == ["decode"] * 2
+    sf.write(path, speech[8 * SR: 16 * SR], SR)
+    os.utime(path, ns=(1, 1))  # a rewritten file (even with a reset mtime) has another identity
+    third = load_reference(path)
+    assert calls == ["decode"] * 3 and not np.array_equal(third.waveform, first.waveform)

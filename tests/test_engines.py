@@ -338,3 +338,39 @@ def test_onnxruntime_cuda_probe_prints_no_errors(tiny_spec):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "refused: onnxruntime could not create a CUDA session" in proc.stdout and "onnxruntime-cpu" in proc.stdout
     assert "onnxruntime" not in proc.stderr.lower() and "cuda" not in proc.stderr.lower(), proc.stderr[-2000:]
+
+
+def test_loader_loads_different_models_in_parallel_and_one_model_once(tiny_spec, tmp_path):
+    """The CLI opens the TTS session on a background thread while the main thread loads other models:
+    a slow load must not hold up another model's, and two threads asking for the same model load it once."""
+    import threading
+
+    other_path = tmp_path / "other.onnx"
+    other_path.write_bytes(tiny_spec.onnx_path.read_bytes() + b"\0")  # another graph hash, another key
+    other = ModelSpec(name="other", onnx_path=other_path, torch_factory=TinyNet, profiles=tiny_spec.profiles)
+    fresh = loader_mod.EngineLoader()
+    fresh._has_cuda = lambda: False
+    release_slow = threading.Event()
+    slow_started = threading.Event()
+    loads: list[str] = []
+
+    def fake_load(spec, backend, device, precision):
+        loads.append(spec.name)
+        if spec.name == "tiny":
+            slow_started.set()
+            assert release_slow.wait(10), "the slow load was never released"
+        return _RecordingRunner(RunnerInfo(spec.name, f"{backend}-{device}", device, "fp32"))
+
+    fresh._loader = fake_load
+    got: dict[str, object] = {}
+    threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, fresh.get(tiny_spec, backend="onnxruntime")))
+               for i in range(2)]
+    for thread in threads:
+        thread.start()
+    assert slow_started.wait(10)
+    quick = fresh.get(other, backend="onnxruntime")  # returns while "tiny" is still loading
+    assert quick.info.model == "other" and not release_slow.is_set()
+    release_slow.set()
+    for thread in threads:
+        thread.join(10)
+    assert got[0] is got[1] and loads.count("tiny") == 1 and fresh.load_count == 2
