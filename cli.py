@@ -277,7 +277,7 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
                     backend: str, max_seconds: float, smooth: float,
                     max_side: int | None = None, face_index: int = 0,
                     phones: Any = None, idle_motion: bool = True,
-                    crop_size: str = "auto") -> tuple[Any, float, dict[str, Any]]:
+                    crop_size: str = "auto", mouth_bank: str = "auto") -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth).
     phones: the TTS's phone timings, carried on the AUDIO as TRT_TTS carries them. idle_motion: a photo
     blinks and moves its head (TRT_TalkingHead's idle_motion auto) or not (off)."""
@@ -289,10 +289,12 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
 
     faces, fps, align_report = _faces_from_file(timer, face, fps, backend, max_seconds, max_side,
                                                 _seconds(wave, rate), face_index, model, crop_size)
+    bank = _mouth_bank_inputs(timer, mouth_bank, model, backend, max_seconds, max_side)
     # the phones were resolved by the command (TTS or aligner): tts-only keeps the node from aligning again
     out = timer.run("talking_head", TRT_TalkingHead().animate, faces, with_phones(to_comfy_audio(wave, rate), phones),
                     model=model, fps=fps, backend=backend, visemes="tts-only",
-                    idle_motion="auto" if idle_motion else "off")
+                    idle_motion="auto" if idle_motion else "off", mouth_bank=bank["mouth_bank"],
+                    bank_faces=bank["bank_faces"])
     images, track, head_report = out["result"]
     if smooth > 0:
         images, _ = timer.run("smooth", TemporalSmooth().smooth, images, strength=smooth, fps=fps, faces=track)
@@ -312,7 +314,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
                       backend: str, max_seconds: float, smooth: float, out: Path,
                       max_side: int | None = None, face_index: int = 0,
                       phones: Any = None, idle_motion: bool = True,
-                      crop_size: str = "auto") -> tuple[Any, float, dict[str, Any]]:
+                      crop_size: str = "auto", mouth_bank: str = "auto") -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
@@ -324,7 +326,8 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
     # crops are generated chunk by chunk while the video is encoded: memory stays flat in the length
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, model, fps, backend=backend,
                     streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS, phones=phones,
-                    idle_motion=idle_motion)
+                    idle_motion=idle_motion,
+                    mouth_bank=_mouth_bank_inputs(timer, mouth_bank, model, backend, max_seconds, max_side)["bank"])
     bar = _progress_bar("video", len(gen))
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth,
                        progress=bar)
@@ -332,6 +335,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
         log.warning("%s", warning)
     return result.mux, fps, {"align": align_report, "video": result.summary(),
                              "head_backend": _head_backend(model, gen.backend),
+                             **({"mouth_bank": gen.notes["mouth_bank"]} if "mouth_bank" in gen.notes else {}),
                              **_size_report(faces.frames, None)}
 
 
@@ -343,11 +347,34 @@ def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: in
     if args.render == "headless":
         return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                  args.max_seconds, args.smooth, Path(args.out), args.max_side, args.face_index,
-                                 phones, not getattr(args, "no_idle_motion", False), args.crop_size)
+                                 phones, not getattr(args, "no_idle_motion", False), args.crop_size,
+                                 getattr(args, "mouth_bank", "auto"))
     frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                            args.max_seconds, args.smooth, args.max_side, args.face_index, phones,
-                                           not getattr(args, "no_idle_motion", False), args.crop_size)
+                                           not getattr(args, "no_idle_motion", False), args.crop_size,
+                                           getattr(args, "mouth_bank", "auto"))
     return _mux_to(timer, frames, wave, rate, fps, Path(args.out)), fps, reports
+
+
+def _mouth_bank_arg(value: str) -> str:
+    """--mouth-bank: auto, off, or an existing video file (checked when the command line is read)."""
+    if value in ("auto", "off") or Path(value).is_file():
+        return value
+    raise argparse.ArgumentTypeError(f"must be auto, off or a talking video file of the person; '{value}' is neither")
+
+
+def _mouth_bank_inputs(timer: StageTimer, mouth_bank: str, model: str, backend: str, max_seconds: float,
+                       max_side: int | None) -> dict[str, Any]:
+    """--mouth-bank as TRT_TalkingHead's inputs: {"mouth_bank": auto|off, "bank_faces": DH_FACES or None,
+    "bank": what generate_crops takes}; a video file is aligned here (its frames decoded on demand), for a
+    model that has a mouth bank only (portrait)."""
+    from .talking_head.registry import resolve
+
+    if mouth_bank in ("auto", "off") or "mouth_bank" not in resolve(model)[0].options:
+        return {"mouth_bank": mouth_bank, "bank_faces": None, "bank": mouth_bank}
+    bank_faces, _, _ = _faces_from_file(timer, Path(mouth_bank), None, backend, max_seconds, max_side,
+                                        crop_size="256")
+    return {"mouth_bank": "auto", "bank_faces": bank_faces, "bank": bank_faces}
 
 
 def _mux_to(timer: StageTimer, frames: Any, wave: Any, rate: int, fps: float, out: Path) -> Any:
@@ -545,6 +572,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="aligned face crop in px; auto: 512 where a 256 px crop of the face would be enlarged "
                             "over 2x when pasted back (a large face keeps its detail) and the model's crops "
                             "follow the face (portrait), else 256")
+        p.add_argument("--mouth-bank", default="auto", metavar="auto|off|VIDEO", type=_mouth_bank_arg,
+                       help="portrait on a video reference: auto takes the lips and teeth from the reference's own "
+                            "frames (the frame whose mouth shape matches, warped into place; a photo keeps the drawn "
+                            "mouth); VIDEO: another talking video of the same person to take them from; off: the "
+                            "drawn mouth (the JSON report's reports.mouth_bank says whether it ran, on how many frames)")
         p.add_argument("--no-idle-motion", action="store_true", help="a photo keeps still eyes and head (default: "
                        "it blinks, sways and nods with the speech; a video keeps its own motion)")
         max_side(p)

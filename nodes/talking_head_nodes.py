@@ -32,6 +32,21 @@ IDLE_MOTION_TOOLTIP = ("auto: a photo blinks (~17 a minute), sways a little and 
                        "sway); a video reference keeps its own motion. off: only the mouth moves.")
 
 
+MOUTH_BANK_MODES = ["auto", "off"]
+MOUTH_BANK_TOOLTIP = ("portrait on a video reference: auto takes each frame's lips and teeth from the person's own "
+                      "frames (the reference video, or `bank_faces` when connected: another talking video of the "
+                      "same person), the frame whose mouth shape best matches the speech, warped into place; a photo "
+                      "keeps the drawn mouth. off: the drawn mouth interior everywhere. The report says whether the "
+                      "bank ran and on how many frames.")
+
+
+def _mouth_bank(mouth_bank: str, bank_faces: Any) -> Any:
+    """generate_crops' mouth_bank: "off", the DH_FACES of another video of the person, or "auto"."""
+    if mouth_bank not in MOUTH_BANK_MODES:
+        raise ValueError(f"mouth_bank must be one of {MOUTH_BANK_MODES}, got {mouth_bank!r}")
+    return "off" if mouth_bank == "off" else (bank_faces if bank_faces is not None else "auto")
+
+
 def _idle_motion(idle_motion: str) -> bool:
     """Whether a photo gets idle motion (generate_crops applies it to photos only)."""
     if idle_motion not in IDLE_MOTION_MODES:
@@ -92,7 +107,11 @@ class TRT_TalkingHead:
             "optional": {"avatar": ("DH_AVATAR", {"tooltip": "A clone model straight from TrainAvatar / "
                                                              "LoadAvatar; overrides `model`."}),
                          "visemes": (VISEME_MODES, {"default": "auto", "tooltip": VISEMES_TOOLTIP}),
-                         "idle_motion": (IDLE_MOTION_MODES, {"default": "auto", "tooltip": IDLE_MOTION_TOOLTIP})},
+                         "idle_motion": (IDLE_MOTION_MODES, {"default": "auto", "tooltip": IDLE_MOTION_TOOLTIP}),
+                         "mouth_bank": (MOUTH_BANK_MODES, {"default": "auto", "tooltip": MOUTH_BANK_TOOLTIP}),
+                         "bank_faces": ("DH_FACES", {"tooltip": "Optional (portrait, mouth_bank auto): FaceAlign of "
+                                                                "another talking video of the same person to take "
+                                                                "the mouths from, instead of the reference itself."})},
         }
 
     RETURN_TYPES = ("IMAGE", "DH_FACES", "STRING")
@@ -112,7 +131,8 @@ class TRT_TalkingHead:
     def animate(self, faces: Any, audio: dict, model: str = "portrait", fps: float = 25.0,
                 loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
                 max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
-                avatar: Any = None, visemes: str = "auto", idle_motion: str = "auto"):
+                avatar: Any = None, visemes: str = "auto", idle_motion: str = "auto", mouth_bank: str = "auto",
+                bank_faces: Any = None):
         from ..audio import from_comfy_audio
         from ..talking_head.driver import paste_generated, phase_progress
         from ..talking_head.registry import generate_crops
@@ -130,7 +150,8 @@ class TRT_TalkingHead:
         phones = _phones(audio, wave, rate, visemes, model, avatar)
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, phase_progress(report_progress, 0), interrupted,
-                              phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed)
+                              phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed,
+                              mouth_bank=_mouth_bank(mouth_bank, bank_faces))
         result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TRT_TalkingHead: %s", warning)
@@ -195,7 +216,7 @@ class TalkingHeadVideo:
                max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
                smooth_strength: float = 0.5, format: str = "mp4", crf: int = 18,
                filename_prefix: str = "digital_human/clone", avatar: Any = None, visemes: str = "auto",
-               idle_motion: str = "auto"):
+               idle_motion: str = "auto", mouth_bank: str = "auto", bank_faces: Any = None):
         from ..audio import from_comfy_audio
         from ..talking_head.registry import generate_crops
         from ..talking_head.render_video import render_talking_video
@@ -213,7 +234,8 @@ class TalkingHeadVideo:
         # crops are made chunk by chunk while the video is encoded: memory does not grow with the length
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, None, interrupted, streaming=True,
-                              phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed)
+                              phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed,
+                              mouth_bank=_mouth_bank(mouth_bank, bank_faces))
         result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro",
                                       smooth_strength=smooth_strength, fmt=format, crf=crf,
                                       progress=report_progress(0, 100), should_stop=interrupted)

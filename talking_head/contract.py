@@ -42,3 +42,6 @@ class TalkingHeadModel:
     # its crops are made at whatever size the faces were aligned at, so a large face may be aligned at a
     # larger crop to keep its detail (crop_choice.py); False: the model fixes its own crop size
     adaptive_crop: bool = False
+    # extra keywords its generate() takes, passed only when the caller sets them (e.g. portrait's
+    # "mouth_bank"); models without an option never see its keyword
+    options: tuple[str, ...] = ()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -75,6 +75,8 @@ class GeneratedCrops:
     # applied to the pasted frames of output frames start.. (uint8, a box holding motion.region); the
     # landmarks above already include it. None: the pasted frames are the output.
     motion: FrameMotion | None = None
+    # what a model says about its run for the reports (portrait: whether its mouth bank ran, on how many frames)
+    notes: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.idx)

@@ -58,14 +58,19 @@ def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loo
                    backend: str = "auto", precision: str = "auto", avatar: Any = None,
                    progress: Callable[[int, int], None] | None = None,
                    should_stop: Callable[[], bool] | None = None, streaming: bool = False,
-                   phones: Any = None, idle_motion: bool = False, seed: int = 0) -> GeneratedCrops:
+                   phones: Any = None, idle_motion: bool = False, seed: int = 0,
+                   mouth_bank: Any = None) -> GeneratedCrops:
     """The model's crops for every output frame. A given `avatar` (DH_AVATAR) overrides `model`.
     streaming: crops are made on demand while the video is rendered (bounded memory); progress then
     reports nothing here (the renderer reports). phones: the speech's phone timings, or None; given
     only to models that read them (TalkingHeadModel.reads_phones). idle_motion: a photo blinks, sways and
-    nods with the speech (head_warp.py, any model; seeded by `seed`); a video reference keeps its own motion."""
+    nods with the speech (head_warp.py, any model; seeded by `seed`); a video reference keeps its own motion.
+    mouth_bank: portrait's mouth bank ("auto", "off", or a FaceTrack of another video of the person;
+    None = the model's default); other models ignore it."""
     entry, avatar = resolve(model, avatar)
     extra = {"phones": phones} if phones and entry.reads_phones else {}
+    if mouth_bank is not None and "mouth_bank" in entry.options:
+        extra["mouth_bank"] = mouth_bank
     gen = entry.generate(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, strength=strength,
                          max_audio_seconds=max_audio_seconds, backend=backend, precision=precision, avatar=avatar,
                          progress=progress, should_stop=should_stop, streaming=streaming, **extra)

@@ -89,7 +89,7 @@ class _PortraitRenderer:
             # with a bank the lips and the opening between them are the person's own (drawn interior hidden)
             crop = render_mouth(refs[r], geoms[r], pose, interior=self.bank is None)
             if self.bank is not None:
-                crop = blend_mouth(crop, driven, self.bank, int(self.bank_idx[i]))
+                crop, driven = blend_mouth(crop, driven, self.bank, int(self.bank_idx[i]))
             crops[i - start] = crop
             lms[i - start, :, :2] = apply_affines(driven, self.inv[r])
 
@@ -129,10 +129,11 @@ def portrait_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     bank, bank_idx = _bank_schedule(mouth_bank, track, idx, params, timings)
     renderer = _PortraitRenderer(track, idx, params, bank=bank, bank_idx=bank_idx)
     backend = (_backend_name() + ("; visemes from phone timings" if phones else "")
-               + (f"; {bank.summary()}" if bank is not None else ""))
+               + (f"; {bank.summary()}" if bank is not None else "; drawn mouth (mouth bank off)" if len(track) > 1
+                  else ""))
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=backend, timings=timings, warnings=warnings, render=renderer.render,
-                         mask_of=renderer.mask)
+                         mask_of=renderer.mask, notes={"mouth_bank": bank_note(bank, bank_idx, timings)})
     return gen.finished(streaming, progress, should_stop, batch=batch_size, timing="render")
 
 
@@ -182,6 +183,16 @@ def _bank_schedule(mouth_bank: Any, track, idx: np.ndarray, params: MouthParams,
     chosen = select_frames(bank.features, target_shapes(track, idx, params), bank.source, bank.stride)
     timings["mouth_bank"] = time.perf_counter() - t0
     return bank, chosen
+
+
+def bank_note(bank: MouthBank | None, chosen: np.ndarray | None, timings: dict[str, float]) -> dict[str, Any]:
+    """What the reports say about the mouth bank: whether it ran, on how many bank frames (and how many
+    of them the output shows), its memory and the seconds it cost apart from rendering."""
+    if bank is None:
+        return {"ran": False}
+    return {"ran": True, "frames": len(bank), "frames_used": int(len(np.unique(chosen))), "source": bank.origin,
+            "stride": bank.stride, "patch_px": list(bank.patches.shape[2:0:-1]), "megabytes": round(bank.nbytes / 2**20, 2),
+            "seconds": round(timings.get("mouth_bank", 0.0), 3)}
 
 
 def _drive(wave: np.ndarray, rate: int, fps: float, n_out: int, phones: Sequence[Any] | None) -> MouthParams:

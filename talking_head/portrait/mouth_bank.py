@@ -45,6 +45,9 @@ MIN_BANK_FRAMES = 12    # fewer usable frames than this: no bank (too few shapes
 RING = 0.14       # iod: the warp's outer ring around the lips (skin carried along with them)
 MASK_OUT = 0.055  # iod: the blend mask's full-weight edge, outside the outer lip contour
 FEATHER = 0.032   # iod: Gaussian feather sigma of the blend mask
+# how far the bank lips are bent onto the driven lip shape: 0 = the bank frame's own lip shape, moved
+# and scaled as a whole (a similarity fit) onto the driven lips; 1 = exactly the driven contours
+SHAPE_FOLLOW = 0.3
 STD_RATIO = (0.85, 1.18)  # colour match: contrast ratio kept in this range (lips keep their contrast)
 
 # shape features and their weights in the match (after scaling each by the bank's spread)
@@ -178,12 +181,15 @@ def _spread(features: np.ndarray) -> np.ndarray:
 
 
 def select_frames(bank_features: np.ndarray, targets: np.ndarray, bank_source: np.ndarray | None = None,
-                  stride: int = 1, candidates: int = CANDIDATES, hold_cost: float = HOLD_COST,
-                  jump_cost: float = JUMP_COST) -> np.ndarray:
+                  stride: int = 1, candidates: int | None = None, hold_cost: float | None = None,
+                  jump_cost: float | None = None) -> np.ndarray:
     """int64 [N]: the bank frame shown at each of N output frames whose target shapes are `targets`
     [N, 6]. Minimises the shape distance plus a temporal cost (Viterbi): the next bank frame (the next
     moment of the source video) is free, the same one again costs hold_cost, any other costs jump_cost
-    plus JUMP_SHAPE x how far its shape is from the previous one."""
+    plus JUMP_SHAPE x how far its shape is from the previous one (None: the module's constants)."""
+    candidates = CANDIDATES if candidates is None else candidates
+    hold_cost = HOLD_COST if hold_cost is None else hold_cost
+    jump_cost = JUMP_COST if jump_cost is None else jump_cost
     bf = np.asarray(bank_features, np.float64)
     t = np.asarray(targets, np.float64)
     n, k = len(t), len(bf)
@@ -315,11 +321,27 @@ def _blur(img: np.ndarray, sigma: float) -> np.ndarray:
     return gaussian_filter(img, sigma, mode="constant")
 
 
-def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: int) -> np.ndarray:
-    """The crop [S, S, 3] uint8 with bank frame k's lips and mouth warped onto the lip landmarks
-    target_lms ([468, 2] crop px; only LIP_POINTS and the eye corners are read), colour-matched to the
-    crop around the lips and blended through a feathered mask; pixels away from the lips unchanged."""
+def placed_lips(target_lms: np.ndarray, bank: MouthBank, k: int, follow: float | None = None) -> np.ndarray:
+    """[468, 2] target_lms with the lip points LIP_POINTS where blend_mouth puts bank frame k's lips:
+    the bank lips moved as a whole onto the target's (least-squares similarity), then bent `follow`
+    (None: SHAPE_FOLLOW) of the way onto the target contours."""
+    follow = SHAPE_FOLLOW if follow is None else float(follow)
     tgt = np.asarray(target_lms, np.float64)[:, :2]
+    src = np.asarray(bank.points[k], np.float64)[LIP_POINTS]
+    fit = _similarity(tgt[LIP_POINTS], src)  # bank patch px -> target px
+    moved = src @ fit[:, :2].T + fit[:, 2]
+    out = tgt.copy()
+    out[LIP_POINTS] = moved + follow * (tgt[LIP_POINTS] - moved)
+    return out
+
+
+def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: int,
+                follow: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(crop [S, S, 3] uint8 with bank frame k's lips and mouth warped onto the lip landmarks
+    target_lms ([468, 2] crop px; only LIP_POINTS and the eye corners are read), colour-matched to the
+    crop around the lips and blended through a feathered mask, pixels away from the lips unchanged;
+    the landmarks with the lip points where the bank lips now are: placed_lips)."""
+    tgt = placed_lips(target_lms, bank, k, follow)
     frame = mouth_frame(tgt)
     dst = _mesh(tgt, frame)
     src_frame = MouthFrame(origin=np.array([-SPAN_U[0], -SPAN_V[0]]) * bank.scale, ex=np.array([1.0, 0.0]),
@@ -329,7 +351,7 @@ def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: in
     x0, y0 = np.maximum(np.floor(dst.min(0)).astype(int) - 2, 0)
     x1, y1 = np.minimum(np.ceil(dst.max(0)).astype(int) + 3, [crop.shape[1], size])
     if x1 <= x0 or y1 <= y0:
-        return crop
+        return crop, tgt
     mx, my = warp_maps(src, dst, (x0, y0, x1, y1))
     patch = bank.patches[k]
     cv2 = _align._cv2
@@ -358,4 +380,4 @@ def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: in
     out = crop.copy()
     m = mask[..., None]
     out[y0:y1, x0:x1] = np.clip(np.rint(region * (1 - m) + warped * m), 0, 255).astype(np.uint8)
-    return out
+    return out, tgt
