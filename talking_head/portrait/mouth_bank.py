@@ -275,7 +275,8 @@ def warp_maps(src_pts: np.ndarray, dst_pts: np.ndarray, box: tuple[int, int, int
     mx = sim[0, 0] * xx + sim[0, 1] * yy + sim[0, 2]
     my = sim[1, 0] * xx + sim[1, 1] * yy + sim[1, 2]
     d, s = dst_pts[TRIANGLES], src_pts[TRIANGLES]  # [T, 3, 2]
-    area = 0.5 * np.abs(np.cross(d[:, 1] - d[:, 0], d[:, 2] - d[:, 0]))
+    e1, e2 = d[:, 1] - d[:, 0], d[:, 2] - d[:, 0]
+    area = 0.5 * np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
     live = np.flatnonzero(area > 0.05)
     if not len(live):
         return mx, my
