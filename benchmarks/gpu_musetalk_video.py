@@ -9,12 +9,21 @@ chunk while they are pasted back, smoothed (strength 0.5, the CLI's default) and
 speech file to the closed MP4, per stage too.
 
 A setting is precision[:compile] (precision: fp16, the CUDA default, bf16 or fp32, the baseline; compile: the
-DIGITAL_HUMAN_MUSETALK_COMPILE=1 path, torch.compile of the generation step). Each setting runs in a fresh
-process: its first run is the cold run (CUDA context, the face models' and MuseTalk's first load, cuDNN
-autotuning; with compile, the compilation: compile_s is the pipeline's own compile_seconds), then one warm-up
-and --repeats warm runs (models loaded; median and spread). Peak GPU memory per run: torch.cuda.max_memory_allocated
-(reset before each run). cold_process_s adds this process's imports (interpreter start not included). The CLI
-itself is not run (it gives one wall time per process; this separates cold, warm and the stages).
+DIGITAL_HUMAN_MUSETALK_COMPILE=1 path, torch.compile of the generation step and the VAE encoder). Each setting
+runs in a fresh process: its first run is the cold run (CUDA context, the face models' and MuseTalk's first
+load; with compile, the compilation: compile_s is the pipeline's own compile_seconds + encode_compile_seconds),
+then one warm-up and --repeats warm runs (models loaded; median and spread).
+
+First request vs repeat request: the face track, the reference latents and the paste masks of a reference
+video are kept between requests under its content key (vision.content_key; "avatar preparation"). The cold run
+and the warm "first request" runs start with those caches cleared (talking_head.musetalk.crops
+.clear_avatar_caches: the reference video is new to the process); the warm "repeat request" runs follow them
+with the caches kept (the same video again, new speech or not: the speech is decoded and encoded each time).
+Code without these caches (--no-avatar, or an older checkout) gives first-request runs only.
+Peak GPU memory per run: torch.cuda.max_memory_allocated (reset before each run). cold_process_s adds this
+process's imports (interpreter start not included). The CLI itself is not run (it gives one wall time per
+process; this separates cold, warm and the stages). --sample-dir: each setting saves the generated crops of
+the first 32 output frames (uint8) and the report gives their max difference from the fp32 setting's.
 
   python benchmarks/gpu_musetalk_video.py --face talk_512.mp4 --speech speech_10s.wav --out $OUT/v.json
 The inputs of RESULTS.md's runs, made with the pack's ffmpeg (imageio-ffmpeg) from ../shared/data:
@@ -77,8 +86,37 @@ def run_once(face: Path, speech: Path, out: Path, precision: str, torch) -> dict
            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None}
     if pipe is not None and (pipe._compiled is not None or pipe.compile_note):
         row["compile_s"] = None if pipe.compile_seconds is None else round(pipe.compile_seconds, 2)
+        enc = getattr(pipe, "encode_compile_seconds", None)
+        row["encode_compile_s"] = None if enc is None else round(enc, 2)
         row["compile_note"] = pipe.compile_note
     return row
+
+
+def clear_avatar() -> bool:
+    """Clear what the code keeps between requests for a reference video; False where it keeps nothing."""
+    try:
+        from digital_human.talking_head.musetalk.crops import clear_avatar_caches
+    except ImportError:  # a checkout from before the caches
+        return False
+    clear_avatar_caches()
+    return True
+
+
+def save_sample(face: Path, speech: Path, precision: str, dest: Path) -> None:
+    """The generated crops (uint8) of the first 32 output frames, as this setting makes them."""
+    import numpy as np
+
+    from digital_human.audio import decode_audio
+    from digital_human.cli import HEADLESS_MAX_SPEECH_SECONDS, StageTimer, _faces_from_file, _seconds
+    from digital_human.talking_head.registry import generate_crops
+
+    wave, rate = decode_audio(speech)
+    faces, fps, _ = _faces_from_file(StageTimer(), face, None, "auto", 60.0, None, _seconds(wave, rate), 0,
+                                     model="musetalk")
+    gen = generate_crops(faces, wave, rate, "musetalk", fps, backend="auto", precision=precision, streaming=True,
+                         max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
+    crops, _ = gen.chunk(0, min(32, len(gen)))
+    np.save(dest, np.asarray(crops, np.uint8))
 
 
 def one_setting(args: argparse.Namespace) -> dict:
@@ -91,21 +129,35 @@ def one_setting(args: argparse.Namespace) -> dict:
     os.environ[COMPILE_ENV] = "1" if compiled else "0"
     t_imported = time.perf_counter()
     runs = []
+    avatar = not args.no_avatar and clear_avatar()
+    # cold, warm-up, first requests (caches cleared before each), then repeat requests (caches kept)
+    plan = ["cold", "warmup"] + ["first"] * args.repeats + (["repeat"] * args.repeats if avatar else [])
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(2 + args.repeats):
-            runs.append(run_once(args.face, args.speech, Path(tmp) / f"out_{i}.mp4", precision, torch))
+        for i, kind in enumerate(plan):
+            if kind != "repeat":
+                clear_avatar() if avatar else None
+            runs.append({"kind": kind, **run_once(args.face, args.speech, Path(tmp) / f"out_{i}.mp4", precision,
+                                                  torch)})
             print(json.dumps({"setting": args.one, "run": i, **runs[-1]}), flush=True)
-    cold, warm = runs[0], runs[2:]
-    walls = [r["wall_s"] for r in warm]
-    res = {"setting": args.one, "precision": precision, "compile": compiled,
+    if args.sample:
+        save_sample(args.face, args.speech, precision, Path(args.sample))
+    cold = runs[0]
+    first = [r for r in runs if r["kind"] == "first"]
+    repeat = [r for r in runs if r["kind"] == "repeat"]
+    walls = [r["wall_s"] for r in first]
+    res = {"setting": args.one, "precision": precision, "compile": compiled, "avatar_cache": avatar,
            "cold_s": cold["wall_s"], "cold_process_s": round(t_imported - T_PROCESS + cold["wall_s"], 3),
            "import_s": round(t_imported - T_PROCESS, 3),
            "warmup_s": runs[1]["wall_s"], "warm_median_s": round(statistics.median(walls), 3),
            "warm_min_s": min(walls), "warm_max_s": max(walls),
            "peak_gpu_mb": max(r["peak_gpu_mb"] or 0 for r in runs),
-           "warm_peak_gpu_mb": max(r["peak_gpu_mb"] or 0 for r in warm), "runs": runs}
+           "warm_peak_gpu_mb": max(r["peak_gpu_mb"] or 0 for r in first + repeat), "runs": runs}
+    if repeat:
+        rw = [r["wall_s"] for r in repeat]
+        res.update(repeat_median_s=round(statistics.median(rw), 3), repeat_min_s=min(rw), repeat_max_s=max(rw))
     if compiled:
         res["compile_s"] = cold.get("compile_s")
+        res["encode_compile_s"] = cold.get("encode_compile_s")
         res["compile_note"] = cold.get("compile_note")
     return res
 
@@ -117,7 +169,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="JSON report (also printed)")
     ap.add_argument("--settings", default="fp16,fp32,fp16:compile", help="precision[:compile], comma-separated")
     ap.add_argument("--repeats", type=int, default=3, help="warm runs after the cold run and one warm-up")
+    ap.add_argument("--no-avatar", action="store_true", help="never keep anything between requests (first "
+                    "requests only)")
+    ap.add_argument("--sample-dir", type=Path, help="save each setting's first 32 generated crops here and report "
+                    "their max difference from fp32's")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one setting in this process
+    ap.add_argument("--sample", help=argparse.SUPPRESS)  # internal: where this setting saves its crops
     args = ap.parse_args()
     if args.one:
         print("RESULT " + json.dumps(one_setting(args)), flush=True)
@@ -139,6 +196,10 @@ def main() -> None:
     for setting in args.settings.split(","):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--one", setting, "--face", str(args.face),
                "--speech", str(args.speech), "--repeats", str(args.repeats)]
+        cmd += ["--no-avatar"] if args.no_avatar else []
+        if args.sample_dir:
+            args.sample_dir.mkdir(parents=True, exist_ok=True)
+            cmd += ["--sample", str(args.sample_dir / f"{setting.replace(':', '_')}.npy")]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # stderr (logs) passes through
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
         if p.returncode or not lines:
@@ -149,9 +210,23 @@ def main() -> None:
     base = next((s for s in report["settings"] if s["precision"] == "fp32" and not s["compile"]), None)
     for s in report["settings"]:
         s["warm_x_vs_fp32"] = round(base["warm_median_s"] / s["warm_median_s"], 2) if base else None
+        if base and s.get("repeat_median_s"):
+            s["repeat_x_vs_fp32"] = round(base["warm_median_s"] / s["repeat_median_s"], 2)
+    if args.sample_dir and (args.sample_dir / "fp32.npy").exists():
+        import numpy as np
+
+        ref = np.load(args.sample_dir / "fp32.npy").astype(int)
+        for s in report["settings"]:
+            path = args.sample_dir / f"{s['setting'].replace(':', '_')}.npy"
+            if path.exists() and s["setting"] != "fp32":
+                d = np.abs(np.load(path).astype(int) - ref)
+                s["crops_vs_fp32_max_levels"] = int(d.max())
+                s["crops_vs_fp32_mean_levels"] = round(float(d.mean()), 4)
     save()
-    summary = [{k: s.get(k) for k in ("setting", "warm_median_s", "warm_min_s", "warm_max_s", "cold_s",
-                                      "cold_process_s", "compile_s", "peak_gpu_mb", "warm_x_vs_fp32")}
+    summary = [{k: s.get(k) for k in ("setting", "warm_median_s", "warm_min_s", "warm_max_s", "repeat_median_s",
+                                      "repeat_min_s", "repeat_max_s", "cold_s", "cold_process_s", "compile_s",
+                                      "encode_compile_s", "peak_gpu_mb", "warm_x_vs_fp32", "repeat_x_vs_fp32",
+                                      "crops_vs_fp32_max_levels")}
                for s in report["settings"]]
     print(json.dumps({"summary": summary, "errors": report["errors"]}, indent=1))
 

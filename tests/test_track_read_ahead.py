@@ -11,6 +11,7 @@ def test_read_ahead_gives_the_in_memory_track(data_dir, face_runners, monkeypatc
     from digital_human.media.frame_source import load_face_frames
 
     frames, fps, _ = load_face_frames(data_dir / "video" / "talk_en_male_01a.mp4", 0.5)
+    track_mod.clear_track_cache()  # an earlier test's track of the same clip would be served without reading
     made = []
     real = track_mod.ReadAhead
     monkeypatch.setattr(track_mod, "ReadAhead", lambda *a: made.append(real(*a)) or made[-1])

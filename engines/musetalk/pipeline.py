@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -44,14 +46,58 @@ def _quantise(image: Any) -> Any:
     return (image.float() * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 
+ENCODE_BATCH = 32  # the compiled encoder's one batch size (a renderer's batch of misses is at most this on CUDA)
+SHARED_LATENTS = 8192  # reference latents a kept pipeline holds: 16 KB each in FP16 ([8, 32, 32]), 128 MB
+
+
+class LatentCache:
+    """Reference latents [1, 8, 32, 32] by key, least recently used dropped past `capacity` (thread-safe:
+    the shared one may be read by two renderers at once)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._items
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+            return hit
+
+    def put(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+
+    def trim(self) -> None:
+        """Drop the least recently used past capacity (after a batch: a batch's own keys are never dropped
+        before it has read them)."""
+        with self._lock:
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
 class MuseTalkPipeline:
     """The networks on one device and precision, with a cache of reference-frame latents."""
 
     def __init__(self, networks: Any, seed: int = 0, cache_size: int = 512, compile: bool | None = None,
                  channels_last: bool | None = None) -> None:
-        """compile: torch.compile the generation step (CUDA only; None = the DIGITAL_HUMAN_MUSETALK_COMPILE
-        variable). channels_last: the UNet and VAE decoder in NHWC (None = when compiling; CUDA only: the CPU
-        keeps NCHW, the layout its parity was proven in)."""
+        """compile: torch.compile the generation step and the VAE encoder (CUDA only; None = the
+        DIGITAL_HUMAN_MUSETALK_COMPILE variable). channels_last: the UNet and VAE decoder in NHWC (None = when
+        compiling; CUDA only: the CPU keeps NCHW, the layout its parity was proven in). cache_size: reference
+        latents kept (cached_pipeline's pipelines keep SHARED_LATENTS, under content keys)."""
         import torch
 
         self.net = networks
@@ -61,9 +107,14 @@ class MuseTalkPipeline:
         self.scaling = networks.scaling_factor
         self.positions = position_table().to(self.device)
         self.timestep = torch.tensor([0], device=self.device)
-        self._latents: OrderedDict[Any, Any] = OrderedDict()
-        self._cache_size = cache_size
+        self._latents = LatentCache(cache_size)
         cuda = self.device.type == "cuda"
+        self.compile_note: str | None = None
+        self.compile_seconds: float | None = None
+        self._compiled: Any = None
+        self._compiled_batch: int | None = None
+        self._compiled_encode: Any = None
+        self.encode_compile_seconds: float | None = None
         if compile is None:
             compile = os.environ.get(COMPILE_ENV, "").strip() == "1"
         self.channels_last = False
@@ -71,10 +122,6 @@ class MuseTalkPipeline:
             # NHWC only pays compiled: eager, the VAE decoder's group norms are slower channels-last
             # (H200 BF16 batch 64: decode 229 ms vs 161 ms NCHW); compiled, inductor fuses them.
             self._set_layout(bool(compile) if channels_last is None else bool(channels_last))
-        self.compile_note: str | None = None
-        self.compile_seconds: float | None = None
-        self._compiled: Any = None
-        self._compiled_batch: int | None = None
         if compile and not cuda:
             self.compile_note = "MuseTalk compile is for CUDA only; running eager on the CPU"
             log.warning("[digital_human] %s", self.compile_note)
@@ -82,17 +129,31 @@ class MuseTalkPipeline:
             # dynamic=False: one static graph for one batch size (see _run_compiled); inductor fuses the
             # group norms, SiLUs, residual adds and the uint8 conversion around cuDNN's convolutions
             self._compiled = torch.compile(self._forward, dynamic=False)
+            # the encoder likewise (H200 FP16 batch 32, channels-last: 22 ms compiled vs 44 ms eager; eager
+            # the group norms dominate, and NHWC eager is slower still: 58 ms)
+            self._compiled_encode = torch.compile(self._encode_moments, dynamic=False)
+            self._set_layout(self.channels_last)
 
     def _set_layout(self, channels_last: bool) -> None:
-        """The UNet and VAE decoder's weights in NHWC or NCHW. The encoder stays NCHW (it runs once per
-        reference frame; on the CPU a channels-last encoder differs by ~1e-3, see _pixels)."""
+        """The UNet and VAE decoder's weights in NHWC or NCHW. The encoder is NHWC only compiled (eager NHWC
+        is slower; on the CPU a channels-last encoder differs by ~1e-3, see _pixels)."""
         import torch
 
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         for module in (self.net.unet, self.net.vae.decoder, self.net.vae.post_quant_conv):
             if module is not None:
                 module.to(memory_format=fmt)
+        enc = torch.channels_last if self._compiled_encode is not None else torch.contiguous_format
+        for module in (self.net.vae.encoder, self.net.vae.quant_conv):
+            if module is not None:
+                module.to(memory_format=enc)
         self.channels_last = channels_last
+
+    def claim_layout(self) -> None:
+        """Put the shared networks back into this pipeline's layout (another pipeline of the same networks,
+        eager or compiled, may have changed it since; a no-op when it is already so)."""
+        if self.device.type == "cuda":
+            self._set_layout(self.channels_last)
 
     # --- reference latents ------------------------------------------------------------------------
     def _pixels(self, crops: Any, half_mask: bool) -> Any:
@@ -121,20 +182,57 @@ class MuseTalkPipeline:
         with torch.inference_mode():
             if self.device.type == "cuda":  # one upload of the uint8 crops; the float conversion there
                 crops = torch.from_numpy(np.ascontiguousarray(crops)).to(self.device)
-            out = []
-            for half in (True, False):
-                dist = self.net.vae.encode(self._pixels(crops, half).to(self.device, self.dtype)).latent_dist
-                out.append(dist)
+            out = [self._moments(self._pixels(crops, half).to(self.device, self.dtype)) for half in (True, False)]
             noise_m, noise_r = [], []
             for _ in range(len(crops)):
                 g = torch.Generator().manual_seed(self.seed)
-                noise_m.append(torch.randn(out[0].mean.shape[1:], generator=g, dtype=torch.float32))
-                noise_r.append(torch.randn(out[1].mean.shape[1:], generator=g, dtype=torch.float32))
+                noise_m.append(torch.randn(out[0][0].shape[1:], generator=g, dtype=torch.float32))
+                noise_r.append(torch.randn(out[1][0].shape[1:], generator=g, dtype=torch.float32))
             lat = []
-            for dist, noise in zip(out, (noise_m, noise_r)):
-                sample = dist.mean + dist.std * torch.stack(noise).to(self.device, dist.mean.dtype)
+            for (mean, std), noise in zip(out, (noise_m, noise_r)):
+                sample = mean + std * torch.stack(noise).to(self.device, mean.dtype)
                 lat.append(self.scaling * sample)
             return torch.cat(lat, dim=1)
+
+    def _encode_moments(self, x: Any) -> tuple[Any, Any]:
+        """The VAE posterior's (mean, std) of pixels x [B, 3, 256, 256] (model dtype, on the device)."""
+        dist = self.net.vae.encode(x).latent_dist
+        return dist.mean, dist.std
+
+    def _moments(self, x: Any) -> tuple[Any, Any]:
+        """_encode_moments, compiled when compiling: in batches of the first call's size, a shorter one padded
+        with copies of its last row (a new shape would compile again), as _run_compiled."""
+        import torch
+
+        if self._compiled_encode is None:
+            return self._encode_moments(x)
+        size = ENCODE_BATCH  # fixed: a repeat request's first call may have only a few misses to encode
+        means, stds = [], []
+        try:
+            for s in range(0, len(x), size):
+                part = x[s:s + size]
+                k = len(part)
+                if k < size:
+                    part = torch.cat([part, part[-1:].expand(size - k, *part.shape[1:])])
+                part = part.contiguous(memory_format=torch.channels_last)
+                if self.encode_compile_seconds is None and self.device.type == "cuda":  # the first call compiles
+                    t0 = time.perf_counter()
+                    mean, std = self._compiled_encode(part)
+                    torch.cuda.synchronize(self.device)
+                    self.encode_compile_seconds = time.perf_counter() - t0
+                else:
+                    mean, std = self._compiled_encode(part)
+                means.append(mean[:k])
+                stds.append(std[:k])
+        except Exception as exc:
+            if means:  # it ran compiled before: a real runtime error
+                raise
+            self._compiled_encode = None
+            note = f"MuseTalk encoder compile failed ({type(exc).__name__}: {exc}"[:300] + "); eager"
+            self.compile_note = note if self.compile_note is None else self.compile_note + "; " + note
+            log.warning("[digital_human] %s", note)
+            return self._encode_moments(x)
+        return torch.cat(means), torch.cat(stds)
 
     def reference_latents(self, key: Any, crop: np.ndarray | Callable[[], np.ndarray]) -> Any:
         """encode_references of one crop [256, 256, 3] (or a function making it, called only on a cache
@@ -142,32 +240,36 @@ class MuseTalkPipeline:
         hit = self._latents.get(key)
         if hit is None:
             image = crop() if callable(crop) else crop
-            hit = self._latents[key] = self.encode_references(np.asarray(image)[None])
-            while len(self._latents) > self._cache_size:
-                self._latents.popitem(last=False)
-        self._latents.move_to_end(key)
+            hit = self.encode_references(np.asarray(image)[None])
+            self._latents.put(key, hit)
+            self._latents.trim()
         return hit
 
-    def uncached(self, keys: list) -> list:
-        """The keys (unique, in order) whose reference latents are not cached: the crops to make."""
-        return [k for k in dict.fromkeys(keys) if k not in self._latents]
+    def uncached(self, keys: list, cache: LatentCache | None = None) -> list:
+        """The keys (unique, in order) whose reference latents are not cached: the crops to make.
+        cache: the cache to look in (default: this pipeline's)."""
+        cache = self._latents if cache is None else cache
+        return [k for k in dict.fromkeys(keys) if k not in cache]
 
-    def reference_latents_batch(self, keys: list, make_crop: Callable[[Any], np.ndarray]) -> Any:
+    def reference_latents_batch(self, keys: list, make_crop: Callable[[Any], np.ndarray],
+                                cache: LatentCache | None = None) -> Any:
         """reference_latents of several keys at once: the cache misses are encoded in one VAE batch
         (a video has a new reference frame for every output frame; one at a time, the encodes took a
-        quarter of a 10-s clip's time on an H200). Same noise per crop as one at a time."""
+        quarter of a 10-s clip's time on an H200). Same noise per crop as one at a time.
+        cache: where the latents are kept (default: this pipeline's; a renderer whose frames have no content
+        key passes one of its own, so its frame-index keys never meet another request's)."""
         import torch
 
-        misses = [k for k in dict.fromkeys(keys) if k not in self._latents]
+        cache = self._latents if cache is None else cache
+        have = {k: cache.get(k) for k in dict.fromkeys(keys)}
+        misses = [k for k, v in have.items() if v is None]
         if misses:
             encoded = self.encode_references(np.stack([np.asarray(make_crop(k)) for k in misses]))
             for k, latent in zip(misses, encoded):
-                self._latents[k] = latent[None]
-        out = torch.cat([self._latents[k] for k in keys])
-        for k in keys:
-            self._latents.move_to_end(k)
-        while len(self._latents) > self._cache_size:
-            self._latents.popitem(last=False)
+                have[k] = latent[None]
+                cache.put(k, have[k])
+        out = torch.cat([have[k] for k in keys])
+        cache.trim()
         return out
 
     # --- generation ---------------------------------------------------------------------------------
@@ -252,3 +354,34 @@ class MuseTalkPipeline:
                     self._set_layout(False)
                     latents = latents.contiguous()
             return self._forward(latents, audio).cpu().numpy()
+
+
+# --- one pipeline per networks, seed and mode, kept for the process ------------------------------------
+_PIPELINES: "weakref.WeakKeyDictionary[Any, dict[tuple, MuseTalkPipeline]]" = weakref.WeakKeyDictionary()
+_PIPELINES_LOCK = threading.Lock()
+
+
+def cached_pipeline(networks: Any, seed: int = 0, compile: bool | None = None) -> MuseTalkPipeline:
+    """The process's MuseTalkPipeline of `networks` (kept weakly with them), seed and compile mode.
+    Kept rather than made per request because (1) a new pipeline's compiled step is traced again by dynamo
+    (its guards see a new `self`: 0.4-0.6 s per request on an H200, a third of the 1.5-s budget for a 10-s
+    clip), and (2) its reference-latent cache (SHARED_LATENTS entries) then outlives a request: callers key
+    it by content (vision.content_key), so a repeat request on the same reference video encodes nothing."""
+    if compile is None:
+        compile = os.environ.get(COMPILE_ENV, "").strip() == "1"
+    key = (int(seed), bool(compile))
+    with _PIPELINES_LOCK:
+        per_net = _PIPELINES.setdefault(networks.unet, {})
+        pipe = per_net.get(key)
+        if pipe is None or pipe.net is not networks:
+            pipe = per_net[key] = MuseTalkPipeline(networks, seed=seed, cache_size=SHARED_LATENTS, compile=compile)
+    pipe.claim_layout()
+    return pipe
+
+
+def clear_latent_caches() -> None:
+    """Forget the reference latents of every kept pipeline (benchmarks measure a first request with this)."""
+    with _PIPELINES_LOCK:
+        pipes = [p for per_net in _PIPELINES.values() for p in per_net.values()]
+    for pipe in pipes:
+        pipe._latents.clear()

@@ -93,6 +93,45 @@ def mask_note(source: str, parsing_file: Path | None, root: Path, asked: str | N
 _POOL: Any = None
 _POOL_LOCK = threading.Lock()
 
+# face-mesh paste masks of reference frames kept between requests, by content key (ref_key): a repeat
+# request on the same reference video makes none (0.18 s of a 10-s clip on an H200 host, before the first
+# batch: the renderer's paste region needs them all)
+MASK_CACHE_BYTES = 128 * 2**20
+_MASKS: OrderedDict[str, np.ndarray] = OrderedDict()
+_MASKS_BYTES = [0]
+_MASKS_LOCK = threading.Lock()
+
+
+def _kept_mask(key: str) -> np.ndarray | None:
+    with _MASKS_LOCK:
+        hit = _MASKS.get(key)
+        if hit is not None:
+            _MASKS.move_to_end(key)
+        return hit
+
+
+def _keep_mask(key: str, mask: np.ndarray) -> None:
+    mask.flags.writeable = False  # handed to every later request: never changed in place
+    with _MASKS_LOCK:
+        if key not in _MASKS:
+            _MASKS_BYTES[0] += mask.nbytes
+        _MASKS[key] = mask
+        while _MASKS_BYTES[0] > MASK_CACHE_BYTES and _MASKS:
+            _MASKS_BYTES[0] -= _MASKS.popitem(last=False)[1].nbytes
+
+
+def clear_avatar_caches() -> None:
+    """Forget everything kept between requests for reference videos: face tracks, reference latents, paste
+    masks (benchmarks measure a first request after this)."""
+    from ...engines.musetalk.pipeline import clear_latent_caches
+    from ...vision.track import clear_track_cache
+
+    clear_track_cache()
+    clear_latent_caches()
+    with _MASKS_LOCK:
+        _MASKS.clear()
+        _MASKS_BYTES[0] = 0
+
 
 def _pool():
     """The process's one ThreadPoolExecutor for renderers' face crops and masks (threads start on first use
@@ -121,6 +160,33 @@ class _MuseTalkRenderer:
         self._boxes: dict[int, tuple[int, int, int, int]] = {}
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._keep = keep
+        # Reference frames of a video file are keyed by content (its bytes, the frame, its crop transform and
+        # landmarks: everything its crop, box, mask and latents are made from), so the pipeline's kept latents
+        # and the kept masks serve a later request on the same video; other frames (in memory) get a latent
+        # cache of their own, keyed by frame index, that ends with this request.
+        from ...vision.content_key import frames_key
+
+        self._video_key = frames_key(track.frames)
+        self._ref_keys: dict[int, Any] = {}
+        self.latents = None
+        if self._video_key is None:
+            from ...engines.musetalk.pipeline import LatentCache
+
+            self.latents = LatentCache(2 * keep)
+
+    def ref_key(self, r: int) -> Any:
+        """The key of reference frame r's latents: a content key, or r itself (see __init__)."""
+        hit = self._ref_keys.get(r)
+        if hit is None:
+            if self._video_key is None:
+                hit = r
+            else:
+                from ...vision.content_key import frame_key
+
+                hit = frame_key(self._video_key, r, np.asarray(self.track.affines[r], np.float64),
+                                np.asarray(self.track.landmarks[r], np.float32), np.array([self.size]))
+            self._ref_keys[r] = hit
+        return hit
 
     def box(self, r: int) -> tuple[int, int, int, int]:
         hit = self._boxes.get(r)
@@ -171,14 +237,24 @@ class _MuseTalkRenderer:
         return list(_pool().map(fn, items))
 
     def _fill_masks(self, refs: list[int]) -> None:
-        """Make the missing masks of `refs` (unique, in order) together, kept in the LRU."""
+        """Make the missing masks of `refs` (unique, in order) together, kept in the LRU (face-mesh masks of a
+        content-keyed video also between requests)."""
         t0 = time.perf_counter()
         misses = [r for r in dict.fromkeys(refs) if r not in self._masks]
+        shared = self.parser is None and self._video_key is not None
+        if shared:
+            kept = {r: _kept_mask("mesh:" + self.ref_key(r)) for r in misses}
+            for r, m in kept.items():
+                if m is not None:
+                    self._masks[r] = m
+            misses = [r for r, m in kept.items() if m is None]
         make = self._parsing_mask if self.parser is not None else self._mesh_mask
         # BiSeNet runs on the device: one at a time (its own batching is per call)
         made = [make(r) for r in misses] if self.parser is not None else self._map(make, misses)
         for r, m in zip(misses, made):
             self._masks[r] = m
+            if shared:
+                _keep_mask("mesh:" + self.ref_key(r), m)
         while len(self._masks) > self._keep:
             self._masks.popitem(last=False)
         if self.parser is None:
@@ -219,10 +295,19 @@ class _MuseTalkRenderer:
             crops = self._crops(refs)
             t0 = time.perf_counter()
             row = {r: i for i, r in enumerate(refs)}
-            misses = self.pipe.uncached(refs)
-            faces_in = dict(zip(misses, self._map(lambda r: crop_face(crops[row[r]], self.box(r)), misses)))
+            keys = [self.ref_key(r) for r in refs]
+            frame_of = dict(zip(keys, refs))
+            misses = self.pipe.uncached(keys, self.latents)
+
+            def face(k: Any) -> np.ndarray:
+                r = frame_of[k]
+                return crop_face(crops[row[r]], self.box(r))
+
+            faces_in = dict(zip(misses, self._map(face, misses)))
             t1 = time.perf_counter()
-            latents = self.pipe.reference_latents_batch(refs, faces_in.__getitem__)
+            # a key dropped from the shared cache since uncached() (another request's batch) is made here
+            latents = self.pipe.reference_latents_batch(keys, lambda k: faces_in[k] if k in faces_in else face(k),
+                                                        self.latents)
             faces = self.pipe.generate(latents, self.windows(s, e))
             t2 = time.perf_counter()
             out[s - start:e - start] = crops
@@ -254,7 +339,7 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     from ...engines.musetalk.audio import audio_windows, feature_extractor
     from ...engines.musetalk.files import locate
     from ...engines.musetalk.networks import cached_networks
-    from ...engines.musetalk.pipeline import MuseTalkPipeline
+    from ...engines.musetalk.pipeline import cached_pipeline
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -283,7 +368,7 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
 
     warnings = list(notes) + [mask_note(mask_source, files.face_parsing, files.root, mask)] \
         + reference_warnings(track, idx, n_out, fps, loop_mode)
-    pipe = MuseTalkPipeline(net, seed=seed, compile=compile)
+    pipe = cached_pipeline(net, seed=seed, compile=compile)
     renderer = _MuseTalkRenderer(pipe, track, idx, windows, batch_size, should_stop, parser=parser, timings=timings)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,
