@@ -56,6 +56,25 @@ def closure_fractions(opening: np.ndarray, frames: np.ndarray) -> dict[str, floa
     return {f"closed_{g}": float(np.mean(opening[frames] < g)) for g in GAP_MEETS}
 
 
+def interleaved_render_ms(track, wave: np.ndarray, sr: int, fps: float, runs: list, chunk: int = 32) -> dict:
+    """Render ms per frame of each run's crops (portrait_crops streaming; the paste-back is the same for
+    all), measured chunk by chunk in turn so that load from other processes on the shared CPU falls on
+    every run alike (the animate_s of rows run one after another is not comparable to 10 %)."""
+    import_pack()
+    from digital_human.talking_head.portrait.animate import portrait_crops
+
+    gens = {name: portrait_crops(track, wave, sr, fps, phones=ph, mouth_bank=bank, streaming=True)
+            for name, ph, bank in runs}
+    spent = dict.fromkeys(gens, 0.0)
+    n = len(next(iter(gens.values())))
+    for start in range(0, n, chunk):
+        for name, gen in gens.items():
+            t0 = time.perf_counter()
+            gen.chunk(start, min(start + chunk, n))
+            spent[name] += time.perf_counter() - t0
+    return {name: 1000.0 * s / n for name, s in spent.items()}
+
+
 def write_crops(path: Path, real: np.ndarray, real_lms: np.ndarray, rows: dict[str, np.ndarray],
                 count: int = 6, scale: int = 2) -> None:
     """Mouth crops of `count` frames spread over the clip, one row per version (real first), labelled."""
@@ -161,6 +180,10 @@ def main() -> None:
                else " " * 30)
         closed = "".join(f"{r[f'closed_{g}']:12.2f}" for g in GAP_MEETS)
         print(f"{name:<13}{mld}{closed}{r['opening_median']:10.3f}{r.get('animate_s', float('nan')):11.1f}")
+    speed = interleaved_render_ms(track, wave, sr, fps, runs)
+    for name, ms in speed.items():
+        rows[name]["render_ms_per_frame_interleaved"] = ms
+    print("render ms per frame (interleaved chunks): " + ", ".join(f"{k} {v:.1f}" for k, v in speed.items()))
     if bank_info:
         print(f"mouth bank: {bank_info['frames']} of 01a's {bank_info['bank_video_frames']} frames (every "
               f"{bank_info['stride']}), {bank_info['megabytes']:.1f} MB, built in {bank_info['build_s']:.2f} s; "

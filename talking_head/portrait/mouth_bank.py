@@ -38,13 +38,14 @@ EYE_R, EYE_L = 33, 263
 MAX_BANK_FRAMES = 400  # frames kept, subsampled evenly from a longer video
 MAX_PX_PER_IOD = 160   # patch resolution cap: a 512 px crop's mouth is stored at most this sharp
 MIN_PX_PER_IOD = 48
+OVERSAMPLE = 1.0       # patch px per crop px: above 1 a patch is warped again with less blur
 SPAN_U = (-0.62, 0.62)  # patch extent in iod around the mouth corners' midpoint, along the eye line
 SPAN_V = (-0.42, 0.60)  # ... and down the face (nose base ~ -0.33, lower lip of an open mouth ~ +0.35)
 MIN_BANK_FRAMES = 12    # fewer usable frames than this: no bank (too few shapes to choose from)
 
 RING = 0.14       # iod: the warp's outer ring around the lips (skin carried along with them)
-MASK_OUT = 0.055  # iod: the blend mask's full-weight edge, outside the outer lip contour
-FEATHER = 0.032   # iod: Gaussian feather sigma of the blend mask
+MASK_OUT = 0.03   # iod: the blend mask's full-weight edge, outside the outer lip contours
+FEATHER = 0.025   # iod: Gaussian feather sigma of the blend mask
 # how far the bank lips are bent onto the driven lip shape: 0 = the bank frame's own lip shape, moved
 # and scaled as a whole (a similarity fit) onto the driven lips; 1 = exactly the driven contours
 SHAPE_FOLLOW = 0.3
@@ -158,7 +159,7 @@ def build_bank(track, max_frames: int = MAX_BANK_FRAMES, origin: str = "the refe
         return None
     crop_lms = CropLandmarks(track)
     iods = np.array([mouth_frame(crop_lms[int(r)]).iod for r in picks[:: max(1, len(picks) // 16)]])
-    scale = float(np.clip(np.median(iods), MIN_PX_PER_IOD, MAX_PX_PER_IOD))
+    scale = float(np.clip(OVERSAMPLE * np.median(iods), MIN_PX_PER_IOD, MAX_PX_PER_IOD))
     w, h = _patch_size(scale)
     patches = np.empty((len(picks), h, w, 3), np.uint8)
     points = np.zeros((len(picks), 468, 2), np.float32)
@@ -284,8 +285,8 @@ def warp_maps(src_pts: np.ndarray, dst_pts: np.ndarray, box: tuple[int, int, int
     aff = s[live].transpose(0, 2, 1) @ np.linalg.inv(dm)  # [T, 2, 3] dst -> src
     label = np.full((h, w), -1, np.int32)
     if cv2 is not None:
-        for j, t in enumerate(live):
-            poly = np.rint((d[t] - 0.5 - [x0, y0]) * 16).astype(np.int32)
+        polys = np.rint((d[live] - 0.5 - np.array([x0, y0])) * 16).astype(np.int32)  # 4 fractional bits
+        for j, poly in enumerate(polys):
             cv2.fillConvexPoly(label, poly, j, lineType=cv2.LINE_8, shift=4)
     else:  # barycentric inside-test per triangle (slow path, no OpenCV)
         for j, t in enumerate(live):
@@ -342,7 +343,8 @@ def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: in
     target_lms ([468, 2] crop px; only LIP_POINTS and the eye corners are read), colour-matched to the
     crop around the lips and blended through a feathered mask, pixels away from the lips unchanged;
     the landmarks with the lip points where the bank lips now are: placed_lips)."""
-    tgt = placed_lips(target_lms, bank, k, follow)
+    driven = np.asarray(target_lms, np.float64)[:, :2]
+    tgt = placed_lips(driven, bank, k, follow)
     frame = mouth_frame(tgt)
     dst = _mesh(tgt, frame)
     src_frame = MouthFrame(origin=np.array([-SPAN_U[0], -SPAN_V[0]]) * bank.scale, ex=np.array([1.0, 0.0]),
@@ -364,11 +366,15 @@ def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: in
 
         warped = _remap(patch, mx, my)
     shape = (y1 - y0, x1 - x0)
-    # the mask: the outer lip contour pushed MASK_OUT iod outwards, feathered
-    outer = np.concatenate([tgt[list(OUTER_UPPER)], tgt[list(OUTER_LOWER)][::-1]])
-    d = outer - frame.origin
-    outer_grown = outer + d / np.maximum(np.linalg.norm(d, axis=-1, keepdims=True), 1e-6) * MASK_OUT * frame.iod
-    mask = np.clip(_blur(_fill(shape, outer_grown, (x0, y0)), FEATHER * frame.iod), 0.0, 1.0)
+    # the mask: the outer lip contours, placed and driven (the frame's own warped lips lie there and must
+    # not show as a second lip edge), pushed MASK_OUT iod outwards, feathered
+    mask = np.zeros(shape, np.float32)
+    for lips in (tgt, driven):
+        outer = np.concatenate([lips[list(OUTER_UPPER)], lips[list(OUTER_LOWER)][::-1]])
+        d = outer - frame.origin
+        grown = outer + d / np.maximum(np.linalg.norm(d, axis=-1, keepdims=True), 1e-6) * MASK_OUT * frame.iod
+        mask = np.maximum(mask, _fill(shape, grown, (x0, y0)))
+    mask = np.clip(_blur(mask, FEATHER * frame.iod), 0.0, 1.0)
     region = crop[y0:y1, x0:x1].astype(np.float32)
     # colour: the mean (and, within STD_RATIO, the contrast) of the frame around and on the lips; the
     # mouth opening is left out (the frame's own is warped lip skin, the bank's real teeth and cavity)
