@@ -124,7 +124,7 @@ def test_blend_lands_the_patch_where_the_landmarks_say(follow):
     # the lips are redder than the skin inside the target's lip band, full weight at their middle
     mid_upper = ((tgt[37] + tgt[81]) / 2 - 0.5).round().astype(int)
     r, g, _ = out[mid_upper[1], mid_upper[0]].astype(int)
-    assert r - g > 60
+    assert r - g > 40  # the crop is grey (r = g): the red comes from the bank
 
 
 def test_blend_bends_the_lips_onto_a_different_shape():
