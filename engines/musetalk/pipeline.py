@@ -338,13 +338,18 @@ class MuseTalkPipeline:
 
     def generate(self, latents: Any, windows: Any) -> np.ndarray:
         """Generated RGB uint8 crops [B, 256, 256, 3]."""
+        return self.generate_device(latents, windows).cpu().numpy()
+
+    def generate_device(self, latents: Any, windows: Any) -> Any:
+        """generate's crops as a uint8 tensor on the pipeline's device, the work only queued there (on CUDA the
+        call returns once it is launched: a caller can time launching and waiting apart)."""
         import torch
 
         with torch.inference_mode():
             latents, audio = self._inputs(latents, windows)
             if self._compiled is not None:
                 try:
-                    return self._run_compiled(latents, audio).cpu().numpy()
+                    return self._run_compiled(latents, audio)
                 except Exception as exc:
                     if self.compile_seconds is not None:  # it ran compiled before: a real runtime error
                         raise
@@ -353,7 +358,7 @@ class MuseTalkPipeline:
                     log.warning("[digital_human] %s", self.compile_note)
                     self._set_layout(False)
                     latents = latents.contiguous()
-            return self._forward(latents, audio).cpu().numpy()
+            return self._forward(latents, audio)
 
 
 # --- one pipeline per networks, seed and mode, kept for the process ------------------------------------

@@ -168,6 +168,7 @@ class _MuseTalkRenderer:
 
         self._video_key = frames_key(track.frames)
         self._ref_keys: dict[int, Any] = {}
+        self._ahead: tuple[int, int, Any] | None = None  # (start, stop, future) of the next batch's crops
         self.latents = None
         if self._video_key is None:
             from ...engines.musetalk.pipeline import LatentCache
@@ -272,9 +273,9 @@ class _MuseTalkRenderer:
         self._masks.move_to_end(r)
         return hit
 
-    def _crops(self, refs: list[int]) -> np.ndarray:
-        """uint8 [B, S, S, 3]: the aligned crops of reference frames `refs`; a video's (made on demand)
-        on the pipeline's GPU in one batch when there is one."""
+    def _make_crops(self, refs: list[int]) -> tuple[np.ndarray, float]:
+        """(uint8 [B, S, S, 3], seconds): the aligned crops of reference frames `refs`; a video's (made on
+        demand) on the pipeline's GPU in one batch when there is one."""
         t0 = time.perf_counter()
         crops = self.track.crops
         if hasattr(crops, "many"):
@@ -282,7 +283,31 @@ class _MuseTalkRenderer:
             out = crops.many(refs, device)
         else:
             out = np.stack([np.asarray(crops[r], np.uint8) for r in refs])
+        return out, time.perf_counter() - t0
+
+    def _crops(self, s: int, e: int) -> np.ndarray:
+        """The crops of output frames s..e-1, and the next batch's started on the thread pool: a video's
+        frames are decoded when read (ffmpeg through a pipe, about a millisecond a 512x512 frame, ~0.3 s of a
+        10-s clip), so batch k + 1's decode and warp overlap batch k's networks instead of following them.
+        timings: "crops" = the wait here (the render thread's time), "crops_made" = the work, wherever done."""
+        t0 = time.perf_counter()
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[:2] == (s, e):
+            out, made = ahead[2].result()
+        else:
+            if ahead is not None:  # another range (a seek): let it finish, the crop source is not shared
+                try:
+                    ahead[2].result()
+                except Exception:  # its own range's error; this range is made (and raises) below
+                    pass
+            out, made = self._make_crops([int(r) for r in self.idx[s:e]])
+        n = len(self.idx)
+        if e < n and POOL_THREADS > 1:
+            e2 = min(e + (e - s), n)
+            refs = [int(r) for r in self.idx[e:e2]]
+            self._ahead = (e, e2, _pool().submit(self._make_crops, refs))
         self.timings["crops"] = self.timings.get("crops", 0.0) + time.perf_counter() - t0
+        self.timings["crops_made"] = self.timings.get("crops_made", 0.0) + made
         return out
 
     def render(self, start: int, stop: int) -> tuple[np.ndarray, None]:
@@ -292,7 +317,7 @@ class _MuseTalkRenderer:
                 raise InterruptedError(f"musetalk talking head interrupted after {s} of {len(self.idx)} frames")
             e = min(s + self.batch_size, stop)
             refs = [int(r) for r in self.idx[s:e]]
-            crops = self._crops(refs)
+            crops = self._crops(s, e)
             t0 = time.perf_counter()
             row = {r: i for i, r in enumerate(refs)}
             keys = [self.ref_key(r) for r in refs]
@@ -308,14 +333,18 @@ class _MuseTalkRenderer:
             # a key dropped from the shared cache since uncached() (another request's batch) is made here
             latents = self.pipe.reference_latents_batch(keys, lambda k: faces_in[k] if k in faces_in else face(k),
                                                         self.latents)
-            faces = self.pipe.generate(latents, self.windows(s, e))
+            made = self.pipe.generate_device(latents, self.windows(s, e))
+            t_launched = time.perf_counter()
+            faces = made.cpu().numpy()  # waits for the device
             t2 = time.perf_counter()
             out[s - start:e - start] = crops
-            for i, (r, face) in enumerate(zip(refs, faces)):
+            for i, (r, generated) in enumerate(zip(refs, faces)):
                 x1, y1, x2, y2 = self.box(r)
-                out[s - start + i, y1:y2, x1:x2] = resize_to_box(face, (x1, y1, x2, y2))
+                out[s - start + i, y1:y2, x1:x2] = resize_to_box(generated, (x1, y1, x2, y2))
             t3 = time.perf_counter()
-            for name, dt in (("crop_face", t1 - t0), ("networks", t2 - t1), ("paste_crop", t3 - t2)):
+            # networks = launch + wait; the wait apart says whether the device or the launching thread is slow
+            for name, dt in (("crop_face", t1 - t0), ("networks", t2 - t1), ("networks_wait", t2 - t_launched),
+                             ("paste_crop", t3 - t2)):
                 self.timings[name] = self.timings.get(name, 0.0) + dt
         return out, None
 
