@@ -386,11 +386,10 @@ def _mux_to(timer: StageTimer, frames: Any, wave: Any, rate: int, fps: float, ou
 def _speech_phones(args: argparse.Namespace, wave: Any, rate: int) -> Any:
     """PhoneSource of a user's speech file: the aligner's phones when the model reads them (portrait)."""
     from .talking_head.phone_source import speech_phones
-    from .talking_head.registry import resolve
+    from .talking_head.registry import reads_phones
 
-    entry, _ = resolve(args.model)
     return speech_phones(None, wave, rate, args.visemes, args.transcript, args.language,
-                         model_reads_phones=entry.reads_phones)
+                         model_reads_phones=reads_phones(args.model))
 
 
 def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
@@ -421,7 +420,8 @@ def _cmd_train_avatar(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--video '{args.video}' has no audio track; TrainAvatar needs the person's own speech")
     faces, _ = timer.run("align", _align_frames, frames, fps, backend=args.backend)
     out = timer.run("train", TrainAvatar().train, faces, to_comfy_audio(*own_audio), name=args.name,
-                    steps=args.steps, time_budget_minutes=args.minutes, device=args.device, resume=not args.restart)
+                    steps=args.steps, time_budget_minutes=args.minutes, device=args.device, resume=not args.restart,
+                    visemes=args.visemes)
     avatar, report = out["result"]
     warnings = [line.removeprefix("warning: ") for line in report.splitlines() if line.startswith("warning:")]
     return {"outputs": [str(getattr(avatar, "path", getattr(avatar, "directory", "")))],
@@ -605,6 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--minutes", type=float, default=10.0, help="time budget")
     train.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     train.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
+    train.add_argument("--visemes", action="store_true",
+                       help="also condition the avatar on the footage's phones (English; the aligner's)")
     train.add_argument("--max-seconds", type=float, default=300.0)
     max_side(train)
     train.set_defaults(func=_cmd_train_avatar)

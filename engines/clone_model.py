@@ -5,7 +5,10 @@ It repaints the lower face of an aligned face crop (DH_FACES) from three things:
     nose line (a fixed "hole", so no jaw outline of the current frame leaks into the output - at
     inference the current frame's mouth is not the one we want);
   * `reference`: the same region of another frame of the same person (teeth, lips, beard, light);
-  * `audio`: a log-mel window around the frame's time (audio_features.windows_for_frames).
+  * `audio`: a log-mel window around the frame's time (audio_features.windows_for_frames);
+  * `visemes` (avatars trained with `viseme_frames` > 0 only): the viseme track's targets, closure and
+    confidence over a window of frames around this one (talking_head/visemes.feature_windows), from the
+    TTS's phones or the aligner's; all zeros (confidence 0) where no phones are known.
 Output: the region with the hole filled, outside the hole bit-identical to `source`.
 
 The region is a fixed box of the crop (crop coordinates from FaceAlign's template: nose tip at
@@ -31,7 +34,9 @@ from ..atomic_file import atomic_path
 from .onnx_export import ParityReport, export_onnx, parity
 from .spec import ModelSpec, TensorProfile
 
-INPUT_NAMES = ("source", "reference", "audio")
+INPUT_NAMES = ("source", "reference", "audio")  # + "visemes" for a config with viseme_frames > 0
+VISEME_INPUT = "visemes"
+VISEME_CHANNELS = 6  # talking_head/visemes.FEATURE_NAMES
 OUTPUT_NAMES = ("region",)
 MAX_BATCH = 64
 
@@ -58,6 +63,15 @@ class GeneratorConfig:
     region_height: float = 0.5
     region_width: float = 0.6875
     hole_top: float = 0.54   # just under the nose base (~0.56 S), so the nostrils stay real
+    # frames of viseme features around each frame the generator also reads (odd; 0 = audio only, the
+    # recipe of every avatar saved before visemes: their configs lack the key and load as 0)
+    viseme_frames: int = 0
+
+    def input_names(self) -> tuple[str, ...]:
+        return INPUT_NAMES + ((VISEME_INPUT,) if self.viseme_frames else ())
+
+    def viseme_width(self) -> int:
+        return self.viseme_frames * VISEME_CHANNELS
 
     def region_box(self) -> tuple[int, int, int, int]:
         """(y0, y1, x0, x1) of the generator's region in crop pixels."""
@@ -79,6 +93,8 @@ class GeneratorConfig:
         y0, y1, x0, x1 = self.region_box()
         if y1 - y0 < 2 ** self.levels or x1 - x0 < 2 ** self.levels:
             raise ValueError(f"crop_size {self.crop_size} is too small for {self.levels} levels")
+        if self.viseme_frames < 0 or (self.viseme_frames and self.viseme_frames % 2 == 0):
+            raise ValueError(f"viseme_frames must be 0 (off) or an odd number of frames, got {self.viseme_frames}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -120,6 +136,21 @@ class FiLM(nn.Module):
         return x * (1.0 + gamma[:, :, None, None]) + beta[:, :, None, None]
 
 
+class VisemeEncoder(nn.Module):
+    """[B, viseme_frames * 6] viseme window -> [B, audio_dim], added to the audio embedding. Its last
+    layer starts at zero, so a new viseme model starts as the audio-only one and learns what the
+    phones add; zeros in (no phones) give exactly the audio embedding at any point of training."""
+
+    def __init__(self, width: int, dim: int, hidden: int = 128) -> None:
+        super().__init__()
+        self.inp = nn.Linear(width, hidden, bias=False)  # no bias: zeros in -> zeros out
+        self.out = nn.Linear(hidden, dim, bias=False)
+        nn.init.zeros_(self.out.weight)
+
+    def forward(self, visemes: torch.Tensor) -> torch.Tensor:
+        return self.out(F.leaky_relu(self.inp(visemes), 0.2))
+
+
 class CloneGenerator(nn.Module):
     def __init__(self, config: GeneratorConfig = GeneratorConfig()) -> None:
         super().__init__()
@@ -132,6 +163,7 @@ class CloneGenerator(nn.Module):
                                    for i in range(config.levels)])
         bott = chans[-1]
         self.audio = AudioEncoder(config.audio_dim, config.audio_channels)
+        self.visemes = VisemeEncoder(config.viseme_width(), config.audio_dim) if config.viseme_frames else None
         self.film_b = FiLM(config.audio_dim, bott)
         self.mid = nn.Sequential(_conv(bott + config.audio_dim, bott), _conv(bott, bott))
         self.film_d = FiLM(config.audio_dim, chans[-2])
@@ -145,13 +177,17 @@ class CloneGenerator(nn.Module):
         self.register_buffer("hole", hole, persistent=False)
         self.audio_dropout = 0.0  # set by fit_clone; not part of the weights or the exported graph
 
-    def forward(self, source: torch.Tensor, reference: torch.Tensor, audio: torch.Tensor) -> torch.Tensor:
-        return self.forward_parts(source, reference, audio)[0]
+    def forward(self, source: torch.Tensor, reference: torch.Tensor, audio: torch.Tensor,
+                visemes: torch.Tensor | None = None) -> torch.Tensor:
+        return self.forward_parts(source, reference, audio, visemes)[0]
 
-    def forward_parts(self, source: torch.Tensor, reference: torch.Tensor,
-                      audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(region, audio embedding): training supervises the embedding too (train_avatar's shape loss)."""
+    def forward_parts(self, source: torch.Tensor, reference: torch.Tensor, audio: torch.Tensor,
+                      visemes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(region, audio embedding): training supervises the embedding too (train_avatar's shape loss).
+        visemes: read by a viseme model only (None there = no phones known: zeros)."""
         embedding = self.audio(audio)
+        if self.visemes is not None and visemes is not None:  # None adds exactly 0 (VisemeEncoder)
+            embedding = embedding + self.visemes(visemes.to(embedding.dtype))
         a = embedding
         if self.training and self.audio_dropout > 0:  # training-time regulariser; a no-op in eval/ONNX
             a = F.dropout(a, self.audio_dropout, training=True)
@@ -191,12 +227,15 @@ class CloneGenerator(nn.Module):
                 return torch.sigmoid(self.head(x.float()))
         return torch.sigmoid(self.head(x))
 
-    def example_inputs(self, batch: int = 1, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def example_inputs(self, batch: int = 1, seed: int = 0) -> tuple[torch.Tensor, ...]:
         g = torch.Generator().manual_seed(seed)
         y0, y1, x0, x1 = self.config.region_box()
         shape = (batch, 3, y1 - y0, x1 - x0)
-        return (torch.rand(shape, generator=g), torch.rand(shape, generator=g),
-                torch.randn(batch, 1, self.config.n_mels, self.config.audio_columns, generator=g))
+        inputs = (torch.rand(shape, generator=g), torch.rand(shape, generator=g),
+                  torch.randn(batch, 1, self.config.n_mels, self.config.audio_columns, generator=g))
+        if self.config.viseme_frames:
+            inputs += (torch.rand(batch, self.config.viseme_width(), generator=g),)
+        return inputs
 
 
 def parameter_count(model: nn.Module) -> int:
@@ -245,8 +284,9 @@ def export_generator_onnx(model: CloneGenerator, path: Path, check: bool = True)
     """Export with a dynamic batch axis; returns the ONNX-vs-torch parity report when `check`."""
     model = model.float().cpu().eval()
     example = model.example_inputs(2)
-    dynamic = {name: {0: "batch"} for name in (*INPUT_NAMES, *OUTPUT_NAMES)}
-    export_onnx(model, example, Path(path), INPUT_NAMES, OUTPUT_NAMES, dynamic_axes=dynamic)
+    names = model.config.input_names()
+    dynamic = {name: {0: "batch"} for name in (*names, *OUTPUT_NAMES)}
+    export_onnx(model, example, Path(path), list(names), OUTPUT_NAMES, dynamic_axes=dynamic)
     if not check:
         return None
     return parity(model, Path(path), [t.numpy() for t in model.example_inputs(3, seed=1)], name="clone")
@@ -262,14 +302,15 @@ def generator_spec(onnx_path: Path, weights_path: Path | None = None, name: str 
     graph = onnx.load(str(onnx_path), load_external_data=False)
     dims = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim) for i in graph.graph.input}
     profiles = {}
-    for n in INPUT_NAMES:
+    names = INPUT_NAMES + ((VISEME_INPUT,) if VISEME_INPUT in dims else ())  # a viseme avatar's graph
+    for n in names:
         if n not in dims:
             raise ValueError(f"{onnx_path} is not a clone generator graph (inputs {sorted(dims)})")
         rest = dims[n][1:]
         profiles[n] = TensorProfile((1, *rest), (16, *rest), (MAX_BATCH, *rest))
     return ModelSpec(name=name, onnx_path=onnx_path, profiles=profiles,
                      torch_factory=lambda: load_generator(weights), fp16_mode="half",
-                     input_names=INPUT_NAMES, output_names=OUTPUT_NAMES)
+                     input_names=names, output_names=OUTPUT_NAMES)
 
 
 # --- batch size from free GPU memory -----------------------------------------------------------------

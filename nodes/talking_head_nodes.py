@@ -59,10 +59,9 @@ def _phones(audio: Any, wave: Any, rate: int, visemes: str, model: str, avatar: 
     `wave` (visemes auto), for models that read phones; with a note for the report."""
     from ..audio.phone_channel import phones_from_audio
     from ..talking_head.phone_source import speech_phones
-    from ..talking_head.registry import resolve
+    from ..talking_head.registry import reads_phones
 
-    entry, _ = resolve(model, avatar)
-    return speech_phones(phones_from_audio(audio), wave, rate, visemes, model_reads_phones=entry.reads_phones)
+    return speech_phones(phones_from_audio(audio), wave, rate, visemes, model_reads_phones=reads_phones(model, avatar))
 
 
 def _model_choices() -> list[str]:
@@ -271,6 +270,11 @@ class TrainAvatar:
                 "resume": ("BOOLEAN", {"default": True}),
                 "seed": ("INT", {"default": 0, "min": 0, "max": 2**31 - 1}),
             },
+            "optional": {
+                "visemes": ("BOOLEAN", {"default": False, "tooltip": (
+                    "Also learn the mouth from the footage's phones (offline aligner, English speech): the avatar "
+                    "then reads the TTS's phone timings too. Off: audio only, as before.")}),
+            },
         }
 
     RETURN_TYPES = ("DH_AVATAR", "STRING")
@@ -295,7 +299,8 @@ class TrainAvatar:
         return True
 
     def train(self, faces: Any, audio: dict, name: str = "my_avatar", steps: int | None = None,
-              time_budget_minutes: float = 10.0, device: str = "auto", resume: bool = True, seed: int = 0):
+              time_budget_minutes: float = 10.0, device: str = "auto", resume: bool = True, seed: int = 0,
+              visemes: bool = False):
         from ..audio import from_comfy_audio
         from ..talking_head.clone.train import DEFAULT_STEPS, train_avatar
 
@@ -311,7 +316,7 @@ class TrainAvatar:
 
         avatar = train_avatar(faces, wave, rate, name, steps=steps, time_budget_s=time_budget_minutes * 60.0,
                               device=device, resume=resume, seed=seed, progress=on_step,
-                              should_stop=interrupted, status=status_lines.append)
+                              should_stop=interrupted, status=status_lines.append, visemes=bool(visemes))
         # every warning (e.g. a budget too short for a usable avatar) plus the last few status lines
         warnings = [line for line in status_lines if line.startswith("warning:")]
         recent = [line for line in status_lines[-5:] if line not in warnings]

@@ -37,8 +37,9 @@ class TalkingHeadModel:
     problem: Callable[[str], str | None] = _always_ready
     per_avatar: bool = False       # picked as `<name>:<avatar>`; menus list one entry per avatar
     # generate() also takes `phones=` (phone, start_s, end_s) timings of the speech (visemes.py), passed
-    # when known (the TTS's side channel); models without it never see the keyword
-    reads_phones: bool = False
+    # when known (the TTS's side channel); models without it never see the keyword. A callable decides
+    # per avatar (DH_AVATAR or name; `clone`: only avatars trained with visemes) - see registry.reads_phones
+    reads_phones: bool | Callable[[Any], bool] = False
     # its crops are made at whatever size the faces were aligned at, so a large face may be aligned at a
     # larger crop to keep its detail (crop_choice.py); False: the model fixes its own crop size
     adaptive_crop: bool = False

@@ -29,6 +29,16 @@ def resolve(model: str, avatar: Any = None) -> tuple[TalkingHeadModel, Any]:
     return entry, avatar if avatar is not None else (suffix or None)
 
 
+def _entry_reads_phones(entry: TalkingHeadModel, avatar: Any) -> bool:
+    return bool(entry.reads_phones(avatar)) if callable(entry.reads_phones) else bool(entry.reads_phones)
+
+
+def reads_phones(model: str, avatar: Any = None) -> bool:
+    """Whether `model` (or the given DH_AVATAR) reads phone timings, so the aligner is worth running."""
+    entry, avatar = resolve(model, avatar)
+    return _entry_reads_phones(entry, avatar)
+
+
 def choice_patterns() -> list[str]:
     """How each model is written: 'portrait', 'musetalk', 'clone:<avatar name>'."""
     return [f"'{m.name}:<avatar name>'" if m.per_avatar else f"'{m.name}'" for m in MODELS.values()]
@@ -68,7 +78,7 @@ def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loo
     mouth_bank: portrait's mouth bank ("auto", "off", or a FaceTrack of another video of the person;
     None = the model's default); other models ignore it."""
     entry, avatar = resolve(model, avatar)
-    extra = {"phones": phones} if phones and entry.reads_phones else {}
+    extra = {"phones": phones} if phones and _entry_reads_phones(entry, avatar) else {}
     if mouth_bank is not None and "mouth_bank" in entry.options:
         extra["mouth_bank"] = mouth_bank
     gen = entry.generate(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, strength=strength,

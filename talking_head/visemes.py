@@ -287,3 +287,38 @@ def _closures(segs: list[_Segment], times: np.ndarray, fps: float) -> np.ndarray
             if 0 <= i < len(times):
                 closure[i] = 1.0
     return closure
+
+
+# --- as a network input (the `clone` generator's viseme conditioning) -------------------------------
+FEATURE_NAMES = ("jaw_open", "lip_open", "width", "round", "closure", "confidence")
+
+
+def frame_features(track: VisemeTrack | None, n_frames: int) -> np.ndarray:
+    """float32 [n_frames, len(FEATURE_NAMES)]: the track's per-frame targets, closure and confidence.
+    None (no phones known) is all zeros: confidence 0 tells a network to rely on the audio alone."""
+    out = np.zeros((int(n_frames), len(FEATURE_NAMES)), np.float32)
+    if track is not None:
+        k = min(len(track), int(n_frames))
+        for j, name in enumerate(FEATURE_NAMES):
+            out[:k, j] = getattr(track, name)[:k]
+    return out
+
+
+def feature_windows(features: np.ndarray, frames: int) -> np.ndarray:
+    """float32 [N, frames * F]: for every frame the features of the `frames` frames centred on it (an odd
+    count; the edges repeat the first/last frame), flattened time-major. A network sees the coming and
+    the past mouth shapes the way the mel window shows it the coming and past sound."""
+    if frames < 1 or frames % 2 == 0:
+        raise ValueError(f"a viseme window is an odd number of frames >= 1, got {frames}")
+    feats = np.asarray(features, np.float32)
+    if feats.ndim != 2 or len(feats) == 0:
+        raise ValueError(f"features must be [frames, channels] with at least one frame, got {feats.shape}")
+    half = frames // 2
+    idx = np.clip(np.arange(len(feats))[:, None] + np.arange(-half, half + 1)[None, :], 0, len(feats) - 1)
+    return np.ascontiguousarray(feats[idx].reshape(len(feats), -1))
+
+
+def phone_feature_windows(phones: Sequence[Any] | None, fps: float, n_frames: int, frames: int) -> np.ndarray:
+    """feature_windows of the viseme track of `phones` (None or empty: all zeros, confidence 0)."""
+    track = viseme_track(phones, fps, n_frames) if phones else None
+    return feature_windows(frame_features(track, n_frames), frames)

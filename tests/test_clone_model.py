@@ -196,3 +196,51 @@ def test_audio_dropout_is_training_only_and_forward_parts_matches_forward():
     with torch.no_grad():
         c, d = model(src, ref, aud), model(src, ref, aud)
     assert not torch.equal(c, d)  # dropout acts in training
+
+
+TINY_VISEMES = GeneratorConfig(crop_size=64, base_channels=4, levels=2, audio_channels=4, audio_dim=16, viseme_frames=3)
+
+
+def test_viseme_generator_starts_as_the_audio_only_one():
+    """Avatars saved before visemes have no viseme_frames in their config and load audio-only; a new
+    viseme model starts equal to the audio-only one (zero last layer), and zeros in add exactly nothing."""
+    from dataclasses import asdict
+
+    old = {k: v for k, v in asdict(TINY).items() if k != "viseme_frames"}
+    assert GeneratorConfig.from_dict(old) == TINY and TINY.input_names() == ("source", "reference", "audio")
+    assert TINY_VISEMES.input_names()[-1] == "visemes" and TINY_VISEMES.viseme_width() == 18
+    with pytest.raises(ValueError, match="odd"):
+        GeneratorConfig(viseme_frames=4).validate()
+    torch.manual_seed(0)
+    plain = CloneGenerator(TINY).eval()
+    with_visemes = CloneGenerator(TINY_VISEMES).eval()
+    missing, unexpected = with_visemes.load_state_dict(plain.state_dict(), strict=False)
+    assert not unexpected and missing and all(k.startswith("visemes.") for k in missing)
+    assert not any(k.startswith("visemes.") for k in plain.state_dict())
+    src, ref, audio, vis = with_visemes.example_inputs(3, seed=2)
+    with torch.no_grad():
+        expected = plain(src, ref, audio)
+        assert torch.equal(with_visemes(src, ref, audio, vis), expected)  # zero-initialised read-out
+        assert torch.equal(with_visemes(src, ref, audio, None), expected)
+        torch.nn.init.normal_(with_visemes.visemes.out.weight)
+        assert not torch.allclose(with_visemes(src, ref, audio, vis), expected)  # it does read them once trained
+        assert torch.equal(with_visemes(src, ref, audio, torch.zeros_like(vis)), expected)  # no phones: audio only
+
+
+def test_viseme_generator_onnx_parity_and_engine_loader(tmp_path):
+    from digital_human.engines import loader
+
+    torch.manual_seed(3)
+    model = CloneGenerator(TINY_VISEMES).eval()
+    torch.nn.init.normal_(model.visemes.out.weight, std=0.5)  # as if trained: the graph must carry the input
+    save_generator(model, tmp_path / "generator.safetensors")
+    report = export_generator_onnx(model, tmp_path / "generator.onnx")
+    assert report.max_abs_diff < 1e-4
+    spec = generator_spec(tmp_path / "generator.onnx")
+    assert spec.input_names[-1] == "visemes" and spec.profiles["visemes"].opt == (16, 18)
+    feeds = dict(zip(TINY_VISEMES.input_names(), (t.numpy() for t in model.example_inputs(4, seed=5))))
+    with torch.no_grad():
+        expected = model(*(torch.from_numpy(feeds[k]) for k in TINY_VISEMES.input_names())).numpy()
+    for backend in ("onnxruntime", "torch"):
+        got = loader.get(spec, backend=backend, precision="fp32")(feeds)["region"]
+        assert np.abs(got - expected).max() < 1e-4, backend

@@ -416,3 +416,31 @@ def test_train_avatar_node_report_carries_the_warning(clip, monkeypatch):
     found = re.search(r"allows about (\d+) training steps on cpu", warning[0]) if len(warning) == 1 else None
     assert found is not None and int(found.group(1)) < 400 and avatar.meta["steps"] < 400, report
     assert "needs at least 400" in warning[0] and out["ui"]["text"] == [report]
+
+
+def test_training_with_visemes_reads_the_footages_phones(clip, trained):
+    """TrainAvatar(visemes=True): the aligner's phones of the footage condition the generator (its viseme
+    read-out learns), the avatar says so, reads phones at inference (the aligner runs only for such
+    avatars) and still animates speech that comes without phones (with a warning)."""
+    from digital_human.talking_head.clone.train import VISEME_FRAMES
+    from digital_human.talking_head.registry import reads_phones
+
+    track, wave, sr = clip
+    lines: list[str] = []
+    info = train_avatar(track, wave, sr, "tiny_visemes", steps=20, seed=0, resume=False, visemes=True,
+                        status=lines.append, **TINY_ARGS)
+    assert info.generator_config.viseme_frames == VISEME_FRAMES, lines
+    assert info.meta["visemes"].startswith("training with visemes"), info.meta["visemes"]
+    import torch
+    from safetensors import safe_open
+
+    with safe_open(str(info.path / "generator.safetensors"), framework="pt") as f:
+        assert torch.count_nonzero(f.get_tensor("visemes.out.weight")) > 0  # trained away from its zero start
+    assert reads_phones("clone:tiny_visemes") and not reads_phones("clone:tiny_test")
+    assert not reads_phones("clone:tiny_visemes", trained[0])  # a given DH_AVATAR wins over the name
+    phones = [("HH", 0.05, 0.12), ("AH", 0.12, 0.30), ("M", 0.30, 0.42), ("OW", 0.42, 0.8)]
+    with_phones = animate_clone(info, track, wave, sr, phones=phones)
+    without = animate_clone(info, track, wave, sr)
+    assert with_phones.frames.shape == without.frames.shape
+    assert not any("phone timings" in w for w in with_phones.warnings)
+    assert any("without phone timings" in w for w in without.warnings)

@@ -6,12 +6,23 @@ from ..contract import TalkingHeadModel
 
 
 def _generate(faces, wave, rate, fps, *, loop_mode, batch_size, strength, max_audio_seconds, backend, precision,
-              avatar, progress, should_stop, streaming):
+              avatar, progress, should_stop, streaming, phones=None):
     from .infer import clone_crops
 
     return clone_crops(avatar, faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, backend=backend,
                        precision=precision, max_audio_seconds=max_audio_seconds, progress=progress,
-                       should_stop=should_stop, streaming=streaming)
+                       should_stop=should_stop, streaming=streaming, phones=phones)
+
+
+def _reads_phones(avatar) -> bool:
+    """Only avatars trained with visemes read phones (aligning speech for the others would be wasted)."""
+    from .avatar_store import AvatarInfo, load_avatar
+
+    try:
+        info = avatar if isinstance(avatar, AvatarInfo) else load_avatar(str(avatar))
+    except (OSError, ValueError):
+        return False  # a missing avatar is reported by problem() / the generation itself
+    return bool(info.generator_config.viseme_frames)
 
 
 def _problem(model: str) -> str | None:
@@ -27,4 +38,5 @@ def _problem(model: str) -> str | None:
 MODEL = TalkingHeadModel(
     name="clone", summary="a generator trained on one person's talking video (TrainAvatar)",
     needs="an avatar trained by TrainAvatar", speech_features="log-mel windows (talking_head/audio_features.py)",
-    crop_size="the avatar's crop size (set at training)", generate=_generate, problem=_problem, per_avatar=True)
+    crop_size="the avatar's crop size (set at training)", generate=_generate, problem=_problem, per_avatar=True,
+    reads_phones=_reads_phones)

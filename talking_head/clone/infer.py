@@ -3,21 +3,23 @@
 Per output frame: the scheduled reference frame's crop (at the avatar's crop size) is the source
 (its lower face is blanked inside the generator), the avatar's stored neutral frame is the
 reference (so the source's own mouth never reaches the output - on held-out footage that would
-be the answer), and the audio window around the frame's time drives the mouth. The generator
-runs through the engine loader (TensorRT / torch CUDA FP16 / ONNX Runtime) in batches.
+be the answer), and the audio window around the frame's time drives the mouth; an avatar trained with
+visemes also reads the viseme window of the speech's phones (zeros, confidence 0, where none are known).
+The generator runs through the engine loader (TensorRT / torch CUDA FP16 / ONNX Runtime) in batches.
 """
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
-from ...engines.clone_model import (GeneratorConfig, batch_for_free_memory, crops_to_regions, generator_spec,
-                                    regions_into_crops)
+from ...engines.clone_model import (VISEME_INPUT, GeneratorConfig, batch_for_free_memory, crops_to_regions,
+                                    generator_spec, regions_into_crops)
 from ...vision.faces import CropLandmarks, FaceTrack
 from ...vision.paste import lower_face_mask
 from ..audio_features import windows_for_frames
+from ..visemes import phone_feature_windows
 from ..driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
                       phase_progress, reference_warnings, validate_audio, validate_track)
 from .avatar_store import AvatarInfo, load_avatar
@@ -61,8 +63,10 @@ def resolve_batch_size(requested: int, runner, config: GeneratorConfig) -> int:
 
 def generate_regions(runner, sources: np.ndarray, references: np.ndarray, windows: np.ndarray,
                      batch_size: int, should_stop: Callable[[], bool] | None = None,
-                     progress: Callable[[int, int], None] | None = None) -> np.ndarray:
-    """uint8 [N, 3, h, w] sources/references (references may be one [1, 3, h, w]) + windows -> uint8 regions."""
+                     progress: Callable[[int, int], None] | None = None,
+                     visemes: np.ndarray | None = None) -> np.ndarray:
+    """uint8 [N, 3, h, w] sources/references (references may be one [1, 3, h, w]) + windows (+ viseme
+    windows [N, W] for a viseme avatar) -> uint8 regions."""
     n = len(sources)
     out = np.empty_like(sources)
     for start in range(0, n, batch_size):
@@ -73,6 +77,8 @@ def generate_regions(runner, sources: np.ndarray, references: np.ndarray, window
         ref = references[start:stop] if len(references) == n else np.broadcast_to(references, src.shape)
         feeds = {"source": src, "reference": np.ascontiguousarray(ref, np.float32) / 255.0,
                  "audio": np.ascontiguousarray(windows[start:stop], np.float32)}
+        if visemes is not None:
+            feeds[VISEME_INPUT] = np.ascontiguousarray(visemes[start:stop], np.float32)
         region = runner(feeds)["region"]
         out[start:stop] = np.clip(np.rint(np.asarray(region, np.float32) * 255.0), 0, 255).astype(np.uint8)
         if progress is not None:
@@ -85,8 +91,10 @@ class _CloneRenderer:
     headless path never holds every frame's crop; reference crops are re-warped per chunk."""
 
     def __init__(self, runner, track: FaceTrack, idx: np.ndarray, windows: np.ndarray, config: GeneratorConfig,
-                 neutral: np.ndarray | None, batch_size: int, should_stop: Callable[[], bool] | None):
+                 neutral: np.ndarray | None, batch_size: int, should_stop: Callable[[], bool] | None,
+                 visemes: np.ndarray | None = None):
         self.runner, self.track, self.idx, self.windows, self.config = runner, track, idx, windows, config
+        self.visemes = visemes
         self.neutral, self.batch_size, self.should_stop = neutral, batch_size, should_stop
         self.size = track.crop_size
         self.crop_lms = CropLandmarks(track)  # per frame on demand: flat in the video's length
@@ -106,8 +114,9 @@ class _CloneRenderer:
         crops_a = crops_at_size(self.track, config.crop_size, refs)[0][pos]
         sources = crops_to_regions(crops_a, config)
         references = sources if self.neutral is None else self.neutral
+        visemes = None if self.visemes is None else self.visemes[start:stop]
         regions = generate_regions(self.runner, sources, references, self.windows[start:stop], self.batch_size,
-                                   self.should_stop)
+                                   self.should_stop, visemes=visemes)
         gen = regions_into_crops(crops_a, regions, config)
         if config.crop_size != self.size:
             gen = np.stack([_resize(g, self.size) for g in gen])
@@ -118,9 +127,11 @@ def clone_crops(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, s
                 fps: float | None = None, *, loop_mode: str = "ping-pong", batch_size: int = 32,
                 backend: str = "auto", precision: str = "auto", reference: str = "neutral",
                 max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
-                should_stop: Callable[[], bool] | None = None, streaming: bool = False) -> GeneratedCrops:
+                should_stop: Callable[[], bool] | None = None, streaming: bool = False,
+                phones: Sequence | None = None) -> GeneratedCrops:
     """The generator's crops for every output frame (no paste-back yet); arguments as animate_clone.
-    streaming: return at once with crops generated on demand (GeneratedCrops.render)."""
+    streaming: return at once with crops generated on demand (GeneratedCrops.render). phones: the
+    speech's phone timings (visemes.py), read by avatars trained with visemes; others ignore them."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     info = load_avatar(avatar) if isinstance(avatar, str) else avatar
@@ -137,6 +148,13 @@ def clone_crops(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, s
     n_out = output_frame_count(len(wave) / float(sample_rate), fps)
     idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
     windows = windows_for_frames(wave, int(sample_rate), fps, n_out, info.mel_config)
+    visemes = None
+    warnings: list[str] = []
+    if config.viseme_frames:  # small: 6 floats x the window per output frame
+        visemes = phone_feature_windows(phones, fps, n_out, config.viseme_frames)
+        if not phones:
+            warnings.append("this avatar reads visemes but the speech came without phone timings: the mouth "
+                            "follows the audio alone (TTS speech carries them; for recordings, visemes auto)")
     neutral = crops_to_regions(info.reference()[0][None], config) if reference == "neutral" else None
     timings["prepare"] = time.perf_counter() - t0
 
@@ -144,12 +162,11 @@ def clone_crops(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, s
     runner = generator_runner(info, backend, precision)
     timings["load"] = time.perf_counter() - t1
     batch_size = resolve_batch_size(batch_size, runner, config)
-    warnings: list[str] = []
     if config.crop_size != track.crop_size:
         warnings.append(f"avatar was trained at {config.crop_size}px crops, the faces are {track.crop_size}px: "
                         f"generated at {config.crop_size}px and resized")
     warnings += reference_warnings(track, idx, n_out, fps, loop_mode, lost_detail=None)
-    renderer = _CloneRenderer(runner, track, idx, windows, config, neutral, batch_size, should_stop)
+    renderer = _CloneRenderer(runner, track, idx, windows, config, neutral, batch_size, should_stop, visemes)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"{runner.backend} {runner.precision}", timings=timings, warnings=warnings,
                          render=renderer.render, mask_of=renderer.mask)
@@ -160,7 +177,7 @@ def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray,
                   fps: float | None = None, *, loop_mode: str = "ping-pong", batch_size: int = 32,
                   backend: str = "auto", precision: str = "auto", reference: str = "neutral",
                   max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
+                  should_stop: Callable[[], bool] | None = None, phones: Sequence | None = None) -> TalkingHeadResult:
     """Animate `track` (DH_FACES, photo or video of the avatar's person) with `audio`.
 
     reference: "neutral" = the avatar's stored neutral frame (default), "frame" = each scheduled
@@ -169,7 +186,7 @@ def animate_clone(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray,
     gen = clone_crops(avatar, track, audio, sample_rate, fps, loop_mode=loop_mode, batch_size=batch_size,
                       backend=backend, precision=precision, reference=reference,
                       max_audio_seconds=max_audio_seconds, progress=phase_progress(progress, 0),
-                      should_stop=should_stop)
+                      should_stop=should_stop, phones=phones)
     return paste_generated(gen, max(batch_size, 32), phase_progress(progress, 1), should_stop)
 
 

@@ -78,6 +78,7 @@ class CloneData:
     neutral: int               # index of the neutral reference frame
     fps: float
     mouth_shapes: np.ndarray | None = None  # float32 [N, 2 * len(MOUTH_POINTS)] lip points in region pixels
+    visemes: np.ndarray | None = None  # float32 [N, viseme_frames * 6] (visemes.feature_windows) or None
 
     def fingerprint(self) -> str:
         h = hashlib.sha256()
@@ -86,6 +87,8 @@ class CloneData:
             h.update(np.ascontiguousarray(arr).tobytes())
         if self.mouth_shapes is not None:
             h.update(np.ascontiguousarray(self.mouth_shapes[:: max(1, len(self.mouth_shapes) // 16)]).tobytes())
+        if self.visemes is not None:
+            h.update(np.ascontiguousarray(self.visemes[:: max(1, len(self.visemes) // 16)]).tobytes())
         h.update(f"{len(self.regions)}|{self.fps}".encode())
         return h.hexdigest()[:24]
 
@@ -155,14 +158,21 @@ def crops_at_size(track: FaceTrack, size: int, frames: np.ndarray | None = None)
 
 
 def prepare_data(crops: np.ndarray, crop_landmarks: np.ndarray, found: np.ndarray, windows: np.ndarray,
-                 fps: float, config: GeneratorConfig) -> CloneData:
+                 fps: float, config: GeneratorConfig, visemes: np.ndarray | None = None) -> CloneData:
+    """visemes: the footage's viseme windows [N, config.viseme_width()] (a viseme config needs them)."""
     if crops.shape[1] != config.crop_size:
         raise ValueError(f"crops are {crops.shape[1]} px but the generator expects {config.crop_size} px")
+    if config.viseme_frames:
+        if visemes is None or np.shape(visemes) != (len(windows), config.viseme_width()):
+            raise ValueError(f"a generator with viseme_frames={config.viseme_frames} trains on viseme windows "
+                             f"[{len(windows)}, {config.viseme_width()}], got "
+                             f"{None if visemes is None else np.shape(visemes)}")
     usable = np.flatnonzero(np.asarray(found, bool)[: len(windows)])
     return CloneData(regions=crops_to_regions(crops, config), windows=np.asarray(windows, np.float32),
                      mouth_boxes=mouth_boxes(crop_landmarks, config), usable=usable.astype(np.int64),
                      neutral=pick_neutral_frame(crop_landmarks, usable), fps=float(fps),
-                     mouth_shapes=mouth_shapes(crop_landmarks, config))
+                     mouth_shapes=mouth_shapes(crop_landmarks, config),
+                     visemes=None if not config.viseme_frames else np.asarray(visemes, np.float32))
 
 
 def check_footage(track: FaceTrack, audio: np.ndarray | None, sample_rate: int | None,
@@ -313,7 +323,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
               monitor_every: int = 0, amp: bool | None = None, warmup_steps: int = 100,
               clip_grad_norm: float = 1.0, max_bad_steps: int = 50, augment_audio: float = 1.0,
               shape_weight: float = 0.2, shape_components_k: int = 8, audio_dropout: float = 0.3,
-              mouth_weight: float = 10.0, time_stretch: float = 1.0) -> FitResult:
+              mouth_weight: float = 10.0, time_stretch: float = 1.0, viseme_dropout: float = 0.3) -> FitResult:
     """Train (or continue training) the generator on prepared data. Stops at `steps` total steps or
     after `time_budget_s` seconds of training (whichever first), or when `monitor` returns True.
 
@@ -334,7 +344,8 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     and raised the held-out mouth opening's correlation with the real one from 0.32-0.37 to 0.41-0.46
     (benchmarks/RESULTS.md). time_stretch > 1: the audio windows are also resampled in time by up to that
     factor (augment_windows); off by default: at 1.25 three H200 runs averaged -26.9% against the default's
-    -27.1% (benchmarks/RESULTS.md, fourth session)."""
+    -27.1% (benchmarks/RESULTS.md, fourth session). viseme_dropout (viseme configs only): share of samples
+    whose viseme window is zeroed (no phones known), so the generator also serves speech without phones."""
     import torch
     import torch.nn.functional as F
 
@@ -358,6 +369,10 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if len(data.usable) < 2:
         raise FootageError("need at least 2 frames with a face to train")
+    if config.viseme_frames and data.visemes is None:
+        raise ValueError("a viseme generator config needs CloneData.visemes (prepare_data(visemes=...))")
+    if not 0.0 <= viseme_dropout < 1.0:
+        raise ValueError(f"viseme_dropout is a share of samples in [0, 1), got {viseme_dropout}")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     if dev == "cuda":
@@ -381,7 +396,8 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     # the footage, the architecture and the recipe: a checkpoint of other data or settings is not continued
     fingerprint = (f"{data.fingerprint()}|{config}|shape{shape_weight:g}x{shape_components_k}|drop{audio_dropout:g}"
                    f"|mouth{mouth_weight:g}|augment{augment_audio:g}"
-                   + (f"|stretch{time_stretch:g}" if time_stretch > 1.0 else ""))  # off: as before, resumable
+                   + (f"|stretch{time_stretch:g}" if time_stretch > 1.0 else "")  # off: as before, resumable
+                   + (f"|vdrop{viseme_dropout:g}" if config.viseme_frames else ""))
     step, elapsed, ema, history = 0, 0.0, None, []
     if resume and checkpoint_path is not None and checkpoint_path.is_file():
         state = torch.load(checkpoint_path, map_location=dev, weights_only=True)
@@ -408,6 +424,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
 
     regions = torch.from_numpy(data.regions).to(dev)
     windows = torch.from_numpy(data.windows).to(dev)
+    visemes = torch.from_numpy(data.visemes).to(dev) if config.viseme_frames else None
     boxes = torch.from_numpy(data.mouth_boxes).to(dev)
     hole = model.hole
     usable = data.usable
@@ -448,8 +465,12 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         target = (regions[ti].float() / 255.0 * gain).clamp(0, 1)
         reference = (regions[ri].float() / 255.0 * gain).clamp(0, 1)
         audio = augment_windows(windows[ti], augment_audio, time_stretch) if augment_audio > 0 else windows[ti]
+        vis = None
+        if visemes is not None:  # some samples without phones: the zeros the generator sees when none are known
+            keep = torch.from_numpy((rng.random(bs) >= viseme_dropout).astype(np.float32)).to(dev)
+            vis = visemes[ti] * keep[:, None]
         with autocast:
-            pred, embedding = model.forward_parts(target, reference, audio)
+            pred, embedding = model.forward_parts(target, reference, audio, vis)
         with no_autocast:  # SSIM's variance terms (E[x^2] - E[x]^2) cancel badly in low precision
             loss, l1 = clone_loss(pred.float(), target, hole, boxes[ti], mouth_weight=mouth_weight)
             if shape_head is not None:
@@ -560,6 +581,23 @@ def _say(status: Callable[[str], None] | None, text: str) -> None:
         status(text)
 
 
+# --- visemes of the footage ----------------------------------------------------------------------
+VISEME_FRAMES = 9  # +-4 frames (+-160 ms at 25 fps): about the reach of the mel window and of coarticulation
+
+
+def footage_visemes(mono: np.ndarray, sample_rate: int, fps: float, n_frames: int) -> tuple[np.ndarray | None, str]:
+    """(viseme windows [n_frames, VISEME_FRAMES * 6] of the footage's own speech, or None; a note saying
+    where the phones came from or why there are none)."""
+    from ..phone_source import speech_phones
+    from ..visemes import phone_feature_windows
+
+    found = speech_phones(None, mono, sample_rate, "auto")
+    if not found.phones:
+        return None, f"training without visemes: {found.note}"
+    return (phone_feature_windows(found.phones, fps, n_frames, VISEME_FRAMES),
+            f"training with visemes ({VISEME_FRAMES} frames): {found.note}")
+
+
 # --- the node's entry point -----------------------------------------------------------------------
 def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: str, *, steps: int | None = None,
                  time_budget_s: float | None = None, device: str = "auto", batch_size: int | None = None,
@@ -567,9 +605,14 @@ def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: st
                  progress: Callable[[int, int, float], None] | None = None,
                  should_stop: Callable[[], bool] | None = None, status: Callable[[str], None] | None = None,
                  resume: bool = True, seed: int = 0, min_seconds: float = MIN_SECONDS,
-                 checkpoint_every: int = 250, lr: float = 5e-4, amp: bool | None = None) -> AvatarInfo:
+                 checkpoint_every: int = 250, lr: float = 5e-4, amp: bool | None = None,
+                 visemes: bool = False) -> AvatarInfo:
     """Train the `clone` generator on one person's talking video (DH_FACES + its own audio) and save
-    the avatar under `<models>/avatars/<name>/`. Returns the DH_AVATAR."""
+    the avatar under `<models>/avatars/<name>/`. Returns the DH_AVATAR.
+
+    visemes: also condition the generator on the footage's viseme track (phones from the offline aligner,
+    English), so that at inference the TTS's phone timings (or the aligner's on a recording) shape the
+    mouth next to the audio; without alignable speech it trains audio-only and says so."""
     import torch
 
     # ComfyUI runs every node under torch.inference_mode(): building the model, the training steps and
@@ -584,7 +627,13 @@ def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: st
             config = replace(config, audio_columns=mel_config.window_columns, n_mels=mel_config.n_mels)
         crops, lms = crops_at_size(track, config.crop_size)
         windows = windows_for_frames(mono, int(sample_rate), track.fps, len(track), mel_config)
-        data = prepare_data(crops, lms, track.found, windows, track.fps, config)
+        viseme_windows, viseme_note = None, ""
+        if visemes:
+            viseme_windows, viseme_note = footage_visemes(mono, int(sample_rate), track.fps, len(track))
+            _say(status, viseme_note)
+            if viseme_windows is not None:
+                config = replace(config, viseme_frames=VISEME_FRAMES)
+        data = prepare_data(crops, lms, track.found, windows, track.fps, config, visemes=viseme_windows)
         folder = avatar_dir(clean, create=True)  # the checkpoint lives there while training
         fit = fit_clone(data, config, steps=steps, time_budget_s=time_budget_s, device=dev, batch_size=batch_size,
                         lr=lr, seed=seed, progress=progress, should_stop=should_stop, status=status,
@@ -593,6 +642,7 @@ def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: st
             "steps": fit.steps, "loss": fit.loss, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "source_fps": float(track.fps), "frames": int(len(track)),
             "footage_seconds": float(len(data.usable) / track.fps), "neutral_frame": int(data.neutral),
-            "device": fit.device, "train_seconds": fit.seconds, "seed": seed})
+            "device": fit.device, "train_seconds": fit.seconds, "seed": seed,
+            **({"visemes": viseme_note} if visemes else {})})
         _say(status, f"saved avatar '{clean}' to {folder} ({fit.steps} steps, loss {fit.loss:.4f})")
         return info
