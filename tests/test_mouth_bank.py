@@ -98,6 +98,7 @@ def test_selection_prefers_consecutive_bank_frames():
 # --- warp and blend ------------------------------------------------------------------------------
 @pytest.mark.parametrize("follow", [0.0, 1.0])
 def test_blend_lands_the_patch_where_the_landmarks_say(follow):
+    # region "lips": the bank's lips and opening replace the crop's
     scale = 80.0
     src_lms = _face_landmarks(128, 150, 80)
     pts = np.zeros((1, 468, 2))
@@ -105,13 +106,16 @@ def test_blend_lands_the_patch_where_the_landmarks_say(follow):
     bank = _bank_of(_patch_with_mark(pts[0], scale)[None], pts, scale)
     # the target: the same mouth moved, 1.15x larger and turned 8 degrees in another crop
     tgt = _face_landmarks(120, 170, 92, angle_deg=8.0)
-    crop = np.full((256, 256, 3), 150, np.uint8)
-    out, placed = MB.blend_mouth(crop, tgt, bank, 0, follow=follow)
+    # the crop's own lips have the bank's colour (one person; the colour match then changes little) but
+    # are thin (gap 0.2 iod): the bank's lips and mark are what shows
+    crop = _crop_with_lips(_face_landmarks(120, 170, 92, gap=0.2, angle_deg=8.0), lip_rgb=(200, 60, 60))
+    out, placed = MB.blend_mouth(crop, tgt, bank, 0, follow=follow, region="lips")
     assert out.shape == crop.shape and out.dtype == np.uint8
     # a similarity of the bank's own shape: the lips land on the target's whatever `follow` says
     np.testing.assert_allclose(placed[MB.LIP_POINTS], tgt[MB.LIP_POINTS], atol=1e-6)
     diff = np.abs(out.astype(int) - crop).sum(-1)
     ys, xs = np.nonzero(diff)
+    assert len(xs) > 500
     # only the lips' surroundings changed (within the mesh ring)
     ring = MB.RING * 92 + 3
     lips = tgt[MB.LIP_POINTS]
@@ -124,7 +128,7 @@ def test_blend_lands_the_patch_where_the_landmarks_say(follow):
     # the lips are redder than the skin inside the target's lip band, full weight at their middle
     mid_upper = ((tgt[37] + tgt[81]) / 2 - 0.5).round().astype(int)
     r, g, _ = out[mid_upper[1], mid_upper[0]].astype(int)
-    assert r - g > 40  # the crop is grey (r = g): the red comes from the bank
+    assert r - g > 60 and tuple(crop[mid_upper[1], mid_upper[0]]) == (150, 150, 150)  # red from the bank
 
 
 def test_blend_bends_the_lips_onto_a_different_shape():
@@ -137,10 +141,58 @@ def test_blend_bends_the_lips_onto_a_different_shape():
     crop = np.full((256, 256, 3), 150, np.uint8)
     gaps = {}
     for follow in (0.0, 1.0):
-        _, placed = MB.blend_mouth(crop, tgt, bank, 0, follow=follow)
+        _, placed = MB.blend_mouth(crop, tgt, bank, 0, follow=follow, region="lips")
         gaps[follow] = float(MB.shape_features(placed)[0]) * 1.0
     assert gaps[1.0] == pytest.approx(float(MB.shape_features(tgt)[0]), abs=1e-3)
     assert gaps[0.0] < 0.3 * gaps[1.0]
+
+
+def _crop_with_lips(lms: np.ndarray, lip_rgb=(120, 40, 90), skin=150) -> np.ndarray:
+    """A grey crop with its own (purple) lips drawn between the outer and inner contours."""
+    import cv2
+
+    crop = np.full((256, 256, 3), skin, np.uint8)
+    for upper, lower in ((MB.OUTER_UPPER, MB.INNER_UPPER), (MB.INNER_LOWER, MB.OUTER_LOWER)):
+        band = np.concatenate([lms[list(upper)], lms[list(lower)][::-1]])
+        cv2.fillPoly(crop, [np.rint(band - 0.5).astype(np.int32)], lip_rgb)
+    return crop
+
+
+def test_interior_region_keeps_the_frames_lips_and_takes_the_opening_from_the_bank():
+    scale = 80.0
+    bank_lms = _face_landmarks(128, 150, 80, gap=0.12)
+    pts = _patch_points(bank_lms, scale)[None]
+    patch = _patch_with_mark(pts[0], scale)
+    import cv2
+
+    opening = np.concatenate([pts[0][list(MB.INNER_UPPER)], pts[0][list(MB.INNER_LOWER)][::-1]])
+    cv2.fillPoly(patch, [np.rint(opening - 0.5).astype(np.int32)], (235, 235, 225))  # "teeth"
+    bank = _bank_of(patch[None], pts, scale)
+    tgt = _face_landmarks(124, 160, 86, gap=0.12, angle_deg=-5.0)
+    crop = _crop_with_lips(tgt, lip_rgb=(190, 70, 60))  # one person: lips of about the bank's colour
+    out, placed = MB.blend_mouth(crop, tgt, bank, 0, follow=1.0, region="interior")
+    np.testing.assert_allclose(placed[MB.LIP_POINTS], tgt[MB.LIP_POINTS], atol=1e-6)
+    centre = np.rint((tgt[13] + tgt[14]) / 2 - 0.5).astype(int)
+    assert out[centre[1], centre[0]].min() > 190  # the opening shows the bank's teeth
+    mid_upper = np.rint((tgt[37] + tgt[81]) / 2 - 0.5).astype(int)
+    np.testing.assert_array_equal(out[mid_upper[1], mid_upper[0]], crop[mid_upper[1], mid_upper[0]])  # own lip
+    # lips closed in the target: nothing of the bank shows, the crop comes back as it was
+    shut = _face_landmarks(124, 160, 86, gap=0.0, angle_deg=-5.0)
+    crop_shut = _crop_with_lips(shut, lip_rgb=(190, 70, 60))
+    out_shut, _ = MB.blend_mouth(crop_shut, shut, bank, 0, follow=1.0, region="interior")
+    np.testing.assert_array_equal(out_shut, crop_shut)
+
+
+def test_reshape_lips_moves_the_frames_lips_and_leaves_the_rest():
+    lms_from = _face_landmarks(128, 160, 86, gap=0.02)
+    lms_to = _face_landmarks(128, 160, 86, gap=0.08)  # the lower lip lower
+    crop = _crop_with_lips(lms_from)
+    out = MB.reshape_lips(crop, lms_from, lms_to)
+    lower_mid_to = np.rint((lms_to[17] + lms_to[14]) / 2 - 0.5).astype(int)
+    assert tuple(out[lower_mid_to[1], lower_mid_to[0]]) == pytest.approx((120, 40, 90), abs=12)  # lip moved here
+    far = (slice(0, 100), slice(None))
+    np.testing.assert_array_equal(out[far], crop[far])  # the skin away from the mouth untouched
+    np.testing.assert_array_equal(MB.reshape_lips(crop, lms_from, lms_from), crop)
 
 
 # --- memory cap ----------------------------------------------------------------------------------

@@ -44,8 +44,13 @@ SPAN_V = (-0.42, 0.60)  # ... and down the face (nose base ~ -0.33, lower lip of
 MIN_BANK_FRAMES = 12    # fewer usable frames than this: no bank (too few shapes to choose from)
 
 RING = 0.14       # iod: the warp's outer ring around the lips (skin carried along with them)
-MASK_OUT = 0.03   # iod: the blend mask's full-weight edge, outside the outer lip contours
-FEATHER = 0.025   # iod: Gaussian feather sigma of the blend mask
+# what the bank replaces: "interior" = the mouth opening (teeth, tongue, cavity) between the driven inner
+# lips, the frame's own lips (portrait's warp of them) kept; "lips" = the lips too, out to the outer contours
+REGION = "interior"
+MASK_OUT = 0.03   # iod: the "lips" blend mask's full-weight edge, outside the outer lip contours
+FEATHER = 0.025   # iod: Gaussian feather sigma of the "lips" blend mask
+MASK_IN = 0.012   # iod: the "interior" mask reaches this far past the inner lip contours (onto the lip edge)
+FEATHER_IN = 0.01  # iod: its feather
 # how far the bank lips are bent onto the driven lip shape: 0 = the bank frame's own lip shape, moved
 # and scaled as a whole (a similarity fit) onto the driven lips; 1 = exactly the driven contours
 SHAPE_FOLLOW = 0.3
@@ -227,13 +232,14 @@ def select_frames(bank_features: np.ndarray, targets: np.ndarray, bank_source: n
 
 
 # --- warp and blend ----------------------------------------------------------------------------------
-def _mesh(points: np.ndarray, frame: MouthFrame) -> np.ndarray:
+def _mesh(points: np.ndarray, frame: MouthFrame, ring_of: np.ndarray | None = None) -> np.ndarray:
     """[6 x 11, 2] vertices of the warp mesh from lip points (any pixels): ring above, the four lip
-    contours, ring below. The ring lies RING iod out from the outer lips, away from the corners'
-    midpoint, so the skin right around the lips follows them."""
+    contours, ring below. The ring lies RING iod out from the outer lips (of `ring_of`'s lip points when
+    given), away from the corners' midpoint, so the skin right around the lips follows them."""
     contours = [points[list(c)] for c in CONTOURS]
+    ring_src = contours if ring_of is None else [ring_of[list(c)] for c in CONTOURS]
     rings = []
-    for outer in (contours[0], contours[3]):
+    for outer in (ring_src[0], ring_src[3]):
         d = outer - frame.origin
         d = d / np.maximum(np.linalg.norm(d, axis=-1, keepdims=True), 1e-6)
         rings.append(outer + d * RING * frame.iod)
@@ -264,15 +270,17 @@ def _similarity(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return np.concatenate([rot, (ms - rot @ md)[:, None]], axis=1)
 
 
-def warp_maps(src_pts: np.ndarray, dst_pts: np.ndarray, box: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+def warp_maps(src_pts: np.ndarray, dst_pts: np.ndarray, box: tuple[int, int, int, int],
+              outside: str = "similarity") -> tuple[np.ndarray, np.ndarray]:
     """Backward map (map_x, map_y) [h, w] (continuous source px) of the output pixels in box
-    (x0, y0, x1, y1): piecewise affine over TRIANGLES from the mesh vertices dst_pts -> src_pts [V, 2],
-    the least-squares similarity of the vertices outside the mesh."""
+    (x0, y0, x1, y1): piecewise affine over TRIANGLES from the mesh vertices dst_pts -> src_pts [V, 2];
+    outside the mesh the least-squares similarity of the vertices, or the identity ("identity": the
+    source is the output's own image, moved inside the mesh only)."""
     cv2 = _align._cv2
     x0, y0, x1, y1 = box
     h, w = y1 - y0, x1 - x0
     yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float64) + 0.5
-    sim = _similarity(src_pts, dst_pts)
+    sim = _similarity(src_pts, dst_pts) if outside == "similarity" else np.array([[1.0, 0, 0], [0, 1.0, 0]])
     mx = sim[0, 0] * xx + sim[0, 1] * yy + sim[0, 2]
     my = sim[1, 0] * xx + sim[1, 1] * yy + sim[1, 2]
     d, s = dst_pts[TRIANGLES], src_pts[TRIANGLES]  # [T, 3, 2]
@@ -337,14 +345,54 @@ def placed_lips(target_lms: np.ndarray, bank: MouthBank, k: int, follow: float |
     return out
 
 
+def reshape_lips(crop: np.ndarray, lms_from: np.ndarray, lms_to: np.ndarray) -> np.ndarray:
+    """The crop with its lips (at lms_from's lip points) moved to lms_to's, piecewise affinely inside a
+    ring RING iod around lms_from's outer lips (the same ring for both, so the skin beyond it is untouched)."""
+    a, b = np.asarray(lms_from, np.float64)[:, :2], np.asarray(lms_to, np.float64)[:, :2]
+    if np.allclose(a[LIP_POINTS], b[LIP_POINTS], atol=0.05):
+        return crop
+    frame = mouth_frame(a)
+    src, dst = _mesh(a, frame), _mesh(b, frame, ring_of=a)
+    x0, y0 = np.maximum(np.floor(np.minimum(src.min(0), dst.min(0))).astype(int) - 1, 0)
+    x1, y1 = np.minimum(np.ceil(np.maximum(src.max(0), dst.max(0))).astype(int) + 2, [crop.shape[1], crop.shape[0]])
+    if x1 <= x0 or y1 <= y0:
+        return crop
+    mx, my = warp_maps(src, dst, (x0, y0, x1, y1), outside="identity")
+    out = crop.copy()
+    cv2 = _align._cv2
+    if cv2 is not None:
+        moved = cv2.remap(crop, (mx - 0.5).astype(np.float32), (my - 0.5).astype(np.float32),
+                          interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    else:
+        from .mouth_render import _remap
+
+        moved = np.clip(np.rint(_remap(crop, mx, my)), 0, 255).astype(np.uint8)
+    out[y0:y1, x0:x1] = moved
+    return out
+
+
+def _grown(points: np.ndarray, centre: np.ndarray, by: float) -> np.ndarray:
+    """Polygon points moved `by` px away from `centre`."""
+    d = points - centre
+    return points + d / np.maximum(np.linalg.norm(d, axis=-1, keepdims=True), 1e-6) * by
+
+
 def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: int,
-                follow: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+                follow: float | None = None, region: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(crop [S, S, 3] uint8 with bank frame k's lips and mouth warped onto the lip landmarks
     target_lms ([468, 2] crop px; only LIP_POINTS and the eye corners are read), colour-matched to the
     crop around the lips and blended through a feathered mask, pixels away from the lips unchanged;
-    the landmarks with the lip points where the bank lips now are: placed_lips)."""
+    the landmarks with the lip points where the bank lips now are: placed_lips).
+    region: "interior" (None: REGION) puts in only the mouth opening between the target's inner lips,
+    bent exactly onto it (follow 1), and keeps the crop's lips; "lips" the lips as well."""
+    region = REGION if region is None else region
+    if region not in ("interior", "lips"):
+        raise ValueError(f"region must be 'interior' or 'lips', got {region!r}")
     driven = np.asarray(target_lms, np.float64)[:, :2]
     tgt = placed_lips(driven, bank, k, follow)
+    if region == "interior":  # the frame's own lips take the placed shape (their texture stays theirs)
+        crop = reshape_lips(crop, driven, tgt)
+        driven = tgt
     frame = mouth_frame(tgt)
     dst = _mesh(tgt, frame)
     src_frame = MouthFrame(origin=np.array([-SPAN_U[0], -SPAN_V[0]]) * bank.scale, ex=np.array([1.0, 0.0]),
@@ -366,25 +414,36 @@ def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: in
 
         warped = _remap(patch, mx, my)
     shape = (y1 - y0, x1 - x0)
-    # the mask: the outer lip contours, placed and driven (the frame's own warped lips lie there and must
-    # not show as a second lip edge), pushed MASK_OUT iod outwards, feathered
-    mask = np.zeros(shape, np.float32)
-    for lips in (tgt, driven):
-        outer = np.concatenate([lips[list(OUTER_UPPER)], lips[list(OUTER_LOWER)][::-1]])
-        d = outer - frame.origin
-        grown = outer + d / np.maximum(np.linalg.norm(d, axis=-1, keepdims=True), 1e-6) * MASK_OUT * frame.iod
-        mask = np.maximum(mask, _fill(shape, grown, (x0, y0)))
-    mask = np.clip(_blur(mask, FEATHER * frame.iod), 0.0, 1.0)
-    region = crop[y0:y1, x0:x1].astype(np.float32)
-    # colour: the mean (and, within STD_RATIO, the contrast) of the frame around and on the lips; the
-    # mouth opening is left out (the frame's own is warped lip skin, the bank's real teeth and cavity)
-    opening = np.concatenate([tgt[list(INNER_UPPER)], tgt[list(INNER_LOWER)][::-1]])
-    sel = (mask > 0.1) & (_fill(shape, opening, (x0, y0)) < 0.5)
-    if sel.sum() > 16:
-        mu_c, mu_w = region[sel].mean(0), warped[sel].mean(0)
-        ratio = np.clip(region[sel].std(0) / np.maximum(warped[sel].std(0), 1.0), *STD_RATIO)
+    def outline(lips: np.ndarray, upper: tuple, lower: tuple) -> np.ndarray:
+        return np.concatenate([lips[list(upper)], lips[list(lower)][::-1]])
+
+    opening = _fill(shape, outline(driven, INNER_UPPER, INNER_LOWER), (x0, y0))
+    if region == "interior":  # the opening, a little onto the inner lip edge, feathered
+        inner = outline(driven, INNER_UPPER, INNER_LOWER)
+        x, y = inner[:, 0], inner[:, 1]
+        if 0.5 * abs(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))) < 1.0:  # lips shut: no opening
+            return crop, tgt
+        mask = _fill(shape, _grown(outline(driven, INNER_UPPER, INNER_LOWER), frame.origin, MASK_IN * frame.iod),
+                     (x0, y0))
+        mask = np.clip(_blur(mask, FEATHER_IN * frame.iod), 0.0, 1.0)
+    else:  # the outer lip contours, placed and driven (the frame's own warped lips lie there and must not
+        # show as a second lip edge), pushed MASK_OUT iod outwards, feathered
+        mask = np.zeros(shape, np.float32)
+        for lips in (tgt, driven):
+            grown = _grown(outline(lips, OUTER_UPPER, OUTER_LOWER), frame.origin, MASK_OUT * frame.iod)
+            mask = np.maximum(mask, _fill(shape, grown, (x0, y0)))
+        mask = np.clip(_blur(mask, FEATHER * frame.iod), 0.0, 1.0)
+    if not mask.any():  # lips closed: nothing of the bank shows
+        return crop, tgt
+    pixels = crop[y0:y1, x0:x1].astype(np.float32)
+    # colour: the mean (and, within STD_RATIO, the contrast) of the frame's lips; the mouth opening is left
+    # out (the frame's own is warped lip skin, the bank's real teeth and cavity)
+    lips_band = (_fill(shape, outline(driven, OUTER_UPPER, OUTER_LOWER), (x0, y0)) > 0.5) & (opening < 0.5)
+    if lips_band.sum() > 16:
+        mu_c, mu_w = pixels[lips_band].mean(0), warped[lips_band].mean(0)
+        ratio = np.clip(pixels[lips_band].std(0) / np.maximum(warped[lips_band].std(0), 1.0), *STD_RATIO)
         warped = (warped - mu_w) * ratio + mu_c
     out = crop.copy()
     m = mask[..., None]
-    out[y0:y1, x0:x1] = np.clip(np.rint(region * (1 - m) + warped * m), 0, 255).astype(np.uint8)
+    out[y0:y1, x0:x1] = np.clip(np.rint(pixels * (1 - m) + warped * m), 0, 255).astype(np.uint8)
     return out, tgt
