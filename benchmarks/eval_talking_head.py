@@ -108,6 +108,8 @@ def prepare(out: Path, data_dir: Path, cache: Path, quality: int = 92) -> None:
 
     from digital_human.engines.face.mediapipe_assets import face_model_paths
     from digital_human.talking_head.audio_features import MelConfig, windows_for_frames
+    from digital_human.talking_head.phone_source import speech_phones
+    from digital_human.talking_head.visemes import frame_features, viseme_track
 
     arrays: dict[str, np.ndarray] = {"version": np.array(PACK_VERSION)}
     cfg = MelConfig()
@@ -123,6 +125,12 @@ def prepare(out: Path, data_dir: Path, cache: Path, quality: int = 92) -> None:
         arrays[f"{key}_fps"] = np.array(float(track.fps))
         arrays[f"{key}_windows"] = windows_for_frames(wave, sr, track.fps, len(track), cfg).astype(np.float16)
         arrays[f"{key}_wave16k"] = np.clip(np.rint(wave * 32767), -32768, 32767).astype(np.int16)
+        # the viseme track of the clip's own speech (the aligner's phone loop: no transcript ships with the
+        # clips), for `clone` trained with visemes (gpu_talking_head.py --visemes); zeros when none found
+        found = speech_phones(None, wave, sr, "auto")
+        track_v = viseme_track(found.phones, track.fps, len(track)) if found.phones else None
+        arrays[f"{key}_visemes"] = frame_features(track_v, len(track)).astype(np.float32)
+        print(f"{key}: {found.note}")
         assert sr == cfg.sample_rate, sr
     arrays["face_mesh_onnx"] = np.frombuffer(face_model_paths()["mesh"].read_bytes(), np.uint8)
     out.parent.mkdir(parents=True, exist_ok=True)

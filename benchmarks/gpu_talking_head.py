@@ -81,6 +81,11 @@ class HeldOut:
         self.config, self.run_mesh, self.fps = config, run_mesh, float(pack["b_fps"])
         self.neutral_crop = neutral_crop
         self.windows = pack["b_windows"][:n]
+        self.visemes = None  # 01b's viseme windows for a viseme config (its own speech's aligner phones)
+        if config.viseme_frames:
+            from digital_human.talking_head.visemes import feature_windows
+
+            self.visemes = feature_windows(pack["b_visemes"], config.viseme_frames)[:n]
         self.wave = pack["b_wave16k"].astype(np.float32) / 32767.0
         self.wave = self.wave[: int(round(n / self.fps * 16000))]
         self.masks = np.stack([lower_face_mask(lm, self.crops.shape[1], jaw_margin=MASK_JAW_MARGIN) for lm in self.lms])
@@ -124,7 +129,8 @@ class HeldOut:
                 src = torch.from_numpy(self.sources[s:e]).to(dev).float() / 255
                 ref = torch.from_numpy(reference).to(dev).float().expand_as(src) / 255
                 aud = torch.from_numpy(self.windows[s:e]).to(dev).float()
-                out.append((model(src, ref, aud).float().clamp(0, 1) * 255).round().byte().cpu().numpy())
+                vis = None if self.visemes is None else torch.from_numpy(self.visemes[s:e]).to(dev).float()
+                out.append((model(src, ref, aud, vis).float().clamp(0, 1) * 255).round().byte().cpu().numpy())
         return np.concatenate(out)
 
     def generate(self, model, n: int | None = None, batch: int = 64) -> np.ndarray:
@@ -164,8 +170,19 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
     config = GeneratorConfig(base_channels=4, levels=2, audio_channels=4, audio_dim=16, crop_size=256) if args.tiny \
         else GeneratorConfig()
     n_a = 120 if args.tiny else len(pack["a_crops"])
+    visemes = None
+    if args.visemes:  # TrainAvatar(visemes=True): the footage's own viseme track as a second input
+        from dataclasses import replace
+
+        from digital_human.talking_head.clone.train import VISEME_FRAMES
+        from digital_human.talking_head.visemes import feature_windows
+
+        if "a_visemes" not in pack:
+            raise SystemExit("--visemes needs a pack with viseme tracks: re-run eval_talking_head.py --prepare")
+        config = replace(config, viseme_frames=VISEME_FRAMES)
+        visemes = feature_windows(pack["a_visemes"], VISEME_FRAMES)[:n_a]
     data = prepare_data(pack["a_crops"][:n_a], pack["a_landmarks"][:n_a], pack["a_found"][:n_a],
-                        pack["a_windows"][:n_a], float(pack["a_fps"]), config)
+                        pack["a_windows"][:n_a], float(pack["a_fps"]), config, visemes=visemes)
     t_held = time.perf_counter()
     held = HeldOut(pack, config, run_mesh, pack["a_crops"][data.neutral], 90 if args.tiny else (args.final_frames or None))
     base = held.baseline["mld"]
@@ -181,7 +198,7 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
     result: dict = {"config": config.to_dict(), "amp": not args.no_amp, "seed": args.seed,
                     "shape_weight": args.shape_weight, "audio_dropout": args.audio_dropout,
                     "mouth_weight": args.mouth_weight, "augment_audio": args.augment_audio,
-                    "time_stretch": args.time_stretch, "baseline_a": held.baseline,
+                    "time_stretch": args.time_stretch, "visemes": bool(args.visemes), "baseline_a": held.baseline,
                     "eval_frames": sub, "baseline_a_eval_frames": held.baseline_for(sub), "curve": curve,
                     "loss_curve": losses, "target_reached": False, "reached_at": None,
                     "footage_seconds": len(data.usable) / data.fps}
@@ -404,6 +421,8 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny model, few frames and steps")
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--seed", type=int, default=0, help="training seed")
+    ap.add_argument("--visemes", action="store_true",
+                    help="train with the viseme conditioning (TrainAvatar visemes=True; the pack's aligner phones)")
     ap.add_argument("--score-weights", type=Path, nargs="+",
                     help="no training: score these weights (e.g. --dump's FP16 files) and, if several, their average")
     # the recipe's three regularisers (fit_clone's defaults; the recipe before 2026-11-29's third run: 0 / 0 / 4)
