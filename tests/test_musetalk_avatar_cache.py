@@ -137,3 +137,22 @@ def test_latent_cache_drops_least_recently_used():
     cache.get("a")
     cache.trim()
     assert "a" in cache and "c" in cache and "b" not in cache
+
+
+def test_kept_pipeline_lives_and_dies_with_its_networks(release):
+    """cached_pipeline keeps one pipeline per networks, seed and mode, on the networks: when the loader drops
+    the networks, the pipeline and its latents go too (a module-level map would keep their memory alive)."""
+    import gc
+    import weakref
+
+    from digital_human.engines.musetalk.networks import load_networks
+    from digital_human.engines.musetalk.pipeline import cached_pipeline
+
+    net = load_networks(models_root=release)
+    pipe = cached_pipeline(net, seed=0, compile=False)
+    assert cached_pipeline(net, seed=0, compile=False) is pipe
+    assert cached_pipeline(net, seed=1, compile=False) is not pipe
+    pipe_ref, unet_ref = weakref.ref(pipe), weakref.ref(net.unet)
+    del pipe, net
+    gc.collect()
+    assert pipe_ref() is None and unet_ref() is None

@@ -144,6 +144,8 @@ def cached_networks(device: str = "cpu", dtype_name: str = "fp32",
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is None:
+            for net in _CACHE.values():  # the replaced networks' kept pipelines go with them
+                net.__dict__.pop("_pipelines", None)
             _CACHE.clear()
             dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
             hit = _CACHE[key] = load_networks(files).to(device, dtype)
@@ -152,4 +154,6 @@ def cached_networks(device: str = "cpu", dtype_name: str = "fp32",
 
 def release_networks() -> None:
     with _LOCK:
+        for net in _CACHE.values():  # the kept pipelines (and their latents) go now, not at the next GC
+            net.__dict__.pop("_pipelines", None)
         _CACHE.clear()

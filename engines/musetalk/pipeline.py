@@ -8,15 +8,18 @@ predicts the lower face's latent; the VAE decodes it to the generated crop.
 
 The posterior noise comes from a generator seeded per reference frame (masked draw first, then the
 reference), the same numbers the reference code draws after torch.manual_seed(seed): results are
-reproducible, and each reference frame's latents are computed once and cached.
+reproducible, and each reference frame's latents are computed once and cached. cached_pipeline keeps one
+pipeline per networks, seed and mode for the process, so its cache (keyed by the renderer with content keys,
+vision.content_key) outlives a request: a repeat request on the same reference video encodes nothing.
 
 Speed on CUDA (benchmarks/gpu_musetalk.py, RESULTS.md): the crops are quantised to uint8 on the device
 (the same float32 x 255, round-half-to-even ops as before, so the CPU stays bit-identical; a half to a
 quarter of the bytes cross to the host, and the host does no per-pixel work), and `compile=True` runs the whole
 step (UNet + decode + uint8) through torch.compile, channels-last, for a fixed batch (the first one;
 shorter batches are padded so there is no second compilation): 1.6x eager half precision on an H200
-(4.6x eager FP32 batch 8). Compiling costs about a minute the first time in a process (later pipelines of the
-same networks and batch reuse dynamo's cache: their first call took 0.4-0.6 s), so it is an option (or
+(4.6x eager FP32 batch 8); the VAE encoder is compiled too (batch ENCODE_BATCH, channels-last: 22 ms vs 44 ms
+eager per 32 crops). Compiling costs 60-75 s once per process (step + encoder; a new pipeline of the same
+networks would be traced again, 0.4-0.6 s, hence cached_pipeline), so it is an option (or
 DIGITAL_HUMAN_MUSETALK_COMPILE=1); a failure to compile is logged and the pipeline runs eager.
 """
 from __future__ import annotations
@@ -362,12 +365,15 @@ class MuseTalkPipeline:
 
 
 # --- one pipeline per networks, seed and mode, kept for the process ------------------------------------
-_PIPELINES: "weakref.WeakKeyDictionary[Any, dict[tuple, MuseTalkPipeline]]" = weakref.WeakKeyDictionary()
+# The pipelines live on their networks object (a reference cycle, freed with the networks when the loader drops
+# them: a module-level map keyed by the networks would keep their GPU memory alive forever); this weak set only
+# finds them for clear_latent_caches.
+_PIPELINES: "weakref.WeakSet[MuseTalkPipeline]" = weakref.WeakSet()
 _PIPELINES_LOCK = threading.Lock()
 
 
 def cached_pipeline(networks: Any, seed: int = 0, compile: bool | None = None) -> MuseTalkPipeline:
-    """The process's MuseTalkPipeline of `networks` (kept weakly with them), seed and compile mode.
+    """The process's MuseTalkPipeline of `networks`, seed and compile mode (kept with the networks).
     Kept rather than made per request because (1) a new pipeline's compiled step is traced again by dynamo
     (its guards see a new `self`: 0.4-0.6 s per request on an H200, a third of the 1.5-s budget for a 10-s
     clip), and (2) its reference-latent cache (SHARED_LATENTS entries) then outlives a request: callers key
@@ -376,10 +382,11 @@ def cached_pipeline(networks: Any, seed: int = 0, compile: bool | None = None) -
         compile = os.environ.get(COMPILE_ENV, "").strip() == "1"
     key = (int(seed), bool(compile))
     with _PIPELINES_LOCK:
-        per_net = _PIPELINES.setdefault(networks.unet, {})
-        pipe = per_net.get(key)
-        if pipe is None or pipe.net is not networks:
-            pipe = per_net[key] = MuseTalkPipeline(networks, seed=seed, cache_size=SHARED_LATENTS, compile=compile)
+        kept = networks.__dict__.setdefault("_pipelines", {})
+        pipe = kept.get(key)
+        if pipe is None:
+            pipe = kept[key] = MuseTalkPipeline(networks, seed=seed, cache_size=SHARED_LATENTS, compile=compile)
+            _PIPELINES.add(pipe)
     pipe.claim_layout()
     return pipe
 
@@ -387,6 +394,6 @@ def cached_pipeline(networks: Any, seed: int = 0, compile: bool | None = None) -
 def clear_latent_caches() -> None:
     """Forget the reference latents of every kept pipeline (benchmarks measure a first request with this)."""
     with _PIPELINES_LOCK:
-        pipes = [p for per_net in _PIPELINES.values() for p in per_net.values()]
+        pipes = list(_PIPELINES)
     for pipe in pipes:
         pipe._latents.clear()

@@ -11,6 +11,12 @@ region comes from one of two sources (`mask`), said in the warnings:
   square's centre, Gaussian blur of 5% of its side) - the reference's mask, computed in crop space;
 - mesh: the face mesh's lower-face mask inside the box and below the square's centre, blurred the same.
 `auto` (default; or DIGITAL_HUMAN_MUSETALK_MASK) takes face parsing when its file is there, else the mesh.
+
+Kept between requests ("avatar preparation", as MuseTalk's real-time mode prepares a reference video once):
+for a reference video read from a file, the face track (vision.track), each reference frame's latents (the
+process's kept pipeline) and its face-mesh paste mask, all under content keys (vision.content_key: the file's
+bytes, the frame, its crop transform and landmarks), so a repeat request on the same video tracks, encodes and
+masks nothing and gives the same crops. clear_avatar_caches() forgets them.
 """
 from __future__ import annotations
 
