@@ -156,3 +156,18 @@ def test_kept_pipeline_lives_and_dies_with_its_networks(release):
     del pipe, net
     gc.collect()
     assert pipe_ref() is None and unet_ref() is None
+
+
+def test_a_long_videos_track_is_not_kept(data_dir, face_runners, fresh, monkeypatch):
+    """Kept tracks are bounded in bytes too: a track over the budget (a long video's, in a one-shot CLI
+    run) is tracked and returned but not kept, so the process holds one copy of it, not two."""
+    from digital_human.vision import track as track_mod
+
+    frames, fps = _video(data_dir / VIDEO)
+    monkeypatch.setattr(track_mod, "TRACK_CACHE_BYTES", 1000)  # smaller than this clip's track
+    runners = tuple(Counting(r) for r in face_runners)
+    align_faces(frames, fps, runners=runners)
+    calls = sum(r.calls for r in runners)
+    assert not track_mod._TRACKS
+    align_faces(_video(data_dir / VIDEO)[0], fps, runners=runners)
+    assert sum(r.calls for r in runners) == 2 * calls  # tracked again: nothing was kept

@@ -154,6 +154,9 @@ def _closest(faces: list, last: np.ndarray) -> int | None:
 
 # --- tracks kept between requests ------------------------------------------------------------
 TRACK_CACHE_ENTRIES = 8  # raw tracks kept (a 10-s 25 fps clip's is ~1.5 MB of landmarks)
+# and at most this many bytes of them: a long video's track (5.6 KB a frame: 42 MB for 5 minutes) is not kept,
+# so a one-shot `align`/`animate` of a long video holds one track, not two (memory flat in the length)
+TRACK_CACHE_BYTES = 32 * 2**20
 _TRACKS: OrderedDict[tuple, RawTrack] = OrderedDict()
 _TRACKS_LOCK = threading.Lock()
 
@@ -171,6 +174,10 @@ def _copy(raw: RawTrack) -> RawTrack:
     # align_faces fills the landmarks in place (fill_gaps in_place): the kept track must never be handed out
     return replace(raw, found=raw.found.copy(), landmarks=raw.landmarks.copy(), presence=raw.presence.copy(),
                    scene_cuts=list(raw.scene_cuts), faces_seen=list(raw.faces_seen))
+
+
+def _track_bytes(raw: RawTrack) -> int:
+    return int(raw.landmarks.nbytes + raw.found.nbytes + raw.presence.nbytes)
 
 
 def clear_track_cache() -> None:
@@ -207,10 +214,10 @@ def track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: i
                 return _copy(hit)
     raw = _track_faces(frames, runners, stride=stride, face_index=face_index, min_presence=min_presence,
                        progress=progress, detector=detector)
-    if key is not None:
+    if key is not None and _track_bytes(raw) <= TRACK_CACHE_BYTES:
         with _TRACKS_LOCK:
             _TRACKS[key] = _copy(raw)
-            while len(_TRACKS) > TRACK_CACHE_ENTRIES:
+            while len(_TRACKS) > TRACK_CACHE_ENTRIES or sum(map(_track_bytes, _TRACKS.values())) > TRACK_CACHE_BYTES:
                 _TRACKS.popitem(last=False)
     return raw
 
