@@ -119,18 +119,47 @@ class MouthBank:
     scale: float
     stride: int
     origin: str = "the reference video"
+    lip_stats: np.ndarray | None = None  # float32 [K, 2, 3] mean and std of each patch's lips (None: made on use)
 
     def __len__(self) -> int:
         return len(self.patches)
 
     @property
     def nbytes(self) -> int:
-        return int(self.patches.nbytes + self.points.nbytes + self.features.nbytes + self.source.nbytes)
+        extra = 0 if self.lip_stats is None else self.lip_stats.nbytes
+        return int(self.patches.nbytes + self.points.nbytes + self.features.nbytes + self.source.nbytes + extra)
+
+    def lips_colour(self, k: int) -> np.ndarray:
+        """[2, 3] mean and std of bank frame k's lip pixels (between its outer and inner contours)."""
+        if self.lip_stats is not None:
+            return self.lip_stats[k]
+        return lip_band_stats(self.patches[k], self.points[k])
 
     def summary(self) -> str:
         h, w = self.patches.shape[1:3]
         return (f"mouth bank: {len(self)} frames of {self.origin} (every {self.stride}), {w}x{h} px patches, "
                 f"{self.nbytes / 2**20:.1f} MB")
+
+
+def _outline(lips: np.ndarray, upper: tuple, lower: tuple) -> np.ndarray:
+    return np.concatenate([lips[list(upper)], lips[list(lower)][::-1]])
+
+
+def lip_band_stats(image: np.ndarray, lms: np.ndarray) -> np.ndarray:
+    """float64 [2, 3]: mean and std of the pixels between the outer and inner lip contours of landmarks
+    lms ([468, 2] in the image's px); zeros and ones when the lips cover no pixel."""
+    outer = _outline(np.asarray(lms, np.float64), OUTER_UPPER, OUTER_LOWER)
+    inner = _outline(np.asarray(lms, np.float64), INNER_UPPER, INNER_LOWER)
+    x0, y0 = np.maximum(np.floor(outer.min(0)).astype(int) - 1, 0)
+    x1, y1 = np.minimum(np.ceil(outer.max(0)).astype(int) + 2, [image.shape[1], image.shape[0]])
+    if x1 <= x0 or y1 <= y0:
+        return np.array([np.zeros(3), np.ones(3)])
+    shape = (y1 - y0, x1 - x0)
+    band = (_fill(shape, outer, (x0, y0)) > 0.5) & (_fill(shape, inner, (x0, y0)) < 0.5)
+    if band.sum() < 8:
+        return np.array([np.zeros(3), np.ones(3)])
+    px = image[y0:y1, x0:x1][band].astype(np.float64)
+    return np.array([px.mean(0), px.std(0)])
 
 
 def _patch_affine(frame: MouthFrame, scale: float) -> np.ndarray:
@@ -175,8 +204,9 @@ def build_bank(track, max_frames: int = MAX_BANK_FRAMES, origin: str = "the refe
         patches[k] = np.clip(np.rint(_align.warp_image(np.asarray(track.crops[int(r)]), a, w, h)), 0, 255)
         points[k, LIP_POINTS] = lms[LIP_POINTS] @ a[:, :2].T + a[:, 2]
         features[k] = shape_features(lms)
+    lip_stats = np.stack([lip_band_stats(patches[k], points[k]) for k in range(len(picks))]).astype(np.float32)
     return MouthBank(patches=patches, points=points, features=features, source=picks.astype(np.float32),
-                     scale=scale, stride=stride, origin=origin)
+                     scale=scale, stride=stride, origin=origin, lip_stats=lip_stats)
 
 
 # --- selection -------------------------------------------------------------------------------------
@@ -257,6 +287,7 @@ def _triangles() -> np.ndarray:
 
 
 TRIANGLES = _triangles()
+INNER_TRIANGLES = TRIANGLES[20:80]  # the strips from the outer to the inner lips and across the opening
 
 
 def _similarity(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -271,11 +302,12 @@ def _similarity(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
 
 def warp_maps(src_pts: np.ndarray, dst_pts: np.ndarray, box: tuple[int, int, int, int],
-              outside: str = "similarity") -> tuple[np.ndarray, np.ndarray]:
+              outside: str = "similarity", triangles: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Backward map (map_x, map_y) [h, w] (continuous source px) of the output pixels in box
     (x0, y0, x1, y1): piecewise affine over TRIANGLES from the mesh vertices dst_pts -> src_pts [V, 2];
     outside the mesh the least-squares similarity of the vertices, or the identity ("identity": the
-    source is the output's own image, moved inside the mesh only)."""
+    source is the output's own image, moved inside the mesh only). triangles: a subset of TRIANGLES
+    (None: all), when only part of the mesh is needed."""
     cv2 = _align._cv2
     x0, y0, x1, y1 = box
     h, w = y1 - y0, x1 - x0
@@ -283,7 +315,8 @@ def warp_maps(src_pts: np.ndarray, dst_pts: np.ndarray, box: tuple[int, int, int
     sim = _similarity(src_pts, dst_pts) if outside == "similarity" else np.array([[1.0, 0, 0], [0, 1.0, 0]])
     mx = sim[0, 0] * xx + sim[0, 1] * yy + sim[0, 2]
     my = sim[1, 0] * xx + sim[1, 1] * yy + sim[1, 2]
-    d, s = dst_pts[TRIANGLES], src_pts[TRIANGLES]  # [T, 3, 2]
+    tris = TRIANGLES if triangles is None else triangles
+    d, s = dst_pts[tris], src_pts[tris]  # [T, 3, 2]
     e1, e2 = d[:, 1] - d[:, 0], d[:, 2] - d[:, 0]
     area = 0.5 * np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
     live = np.flatnonzero(area > 0.05)
@@ -394,55 +427,50 @@ def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: in
         crop = reshape_lips(crop, driven, tgt)
         driven = tgt
     frame = mouth_frame(tgt)
-    dst = _mesh(tgt, frame)
+    if region == "interior":
+        inner = _outline(tgt, INNER_UPPER, INNER_LOWER)
+        x, y = inner[:, 0], inner[:, 1]
+        if 0.5 * abs(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))) < 1.0:  # lips shut: no opening
+            return crop, tgt
+        # the opening, a little onto the inner lip edge, feathered: only it (and its box) is warped
+        grown = _grown(inner, frame.origin, MASK_IN * frame.iod)
+        pad, tris = 3.0 * FEATHER_IN * frame.iod + 2, INNER_TRIANGLES
+        area = grown
+    else:  # the outer lip contours, placed and driven (the frame's own warped lips lie there and must not
+        # show as a second lip edge), pushed MASK_OUT iod outwards, feathered
+        grown = [_grown(_outline(lips, OUTER_UPPER, OUTER_LOWER), frame.origin, MASK_OUT * frame.iod)
+                 for lips in (tgt, driven)]
+        pad, tris = 3.0 * FEATHER * frame.iod + 2, None
+        area = np.concatenate(grown)
+    x0, y0 = np.maximum(np.floor(area.min(0) - pad).astype(int), 0)
+    x1, y1 = np.minimum(np.ceil(area.max(0) + pad).astype(int), [crop.shape[1], crop.shape[0]])
+    if x1 <= x0 or y1 <= y0:
+        return crop, tgt
+    shape = (y1 - y0, x1 - x0)
+    if region == "interior":
+        mask = np.clip(_blur(_fill(shape, grown, (x0, y0)), FEATHER_IN * frame.iod), 0.0, 1.0)
+    else:
+        mask = np.maximum(_fill(shape, grown[0], (x0, y0)), _fill(shape, grown[1], (x0, y0)))
+        mask = np.clip(_blur(mask, FEATHER * frame.iod), 0.0, 1.0)
     src_frame = MouthFrame(origin=np.array([-SPAN_U[0], -SPAN_V[0]]) * bank.scale, ex=np.array([1.0, 0.0]),
                            ey=np.array([0.0, 1.0]), iod=bank.scale)
     src = _mesh(np.asarray(bank.points[k], np.float64), src_frame)
-    size = crop.shape[0]
-    x0, y0 = np.maximum(np.floor(dst.min(0)).astype(int) - 2, 0)
-    x1, y1 = np.minimum(np.ceil(dst.max(0)).astype(int) + 3, [crop.shape[1], size])
-    if x1 <= x0 or y1 <= y0:
-        return crop, tgt
-    mx, my = warp_maps(src, dst, (x0, y0, x1, y1))
-    patch = bank.patches[k]
+    mx, my = warp_maps(src, _mesh(tgt, frame), (x0, y0, x1, y1), triangles=tris)
     cv2 = _align._cv2
     if cv2 is not None:
-        warped = cv2.remap(patch, (mx - 0.5).astype(np.float32), (my - 0.5).astype(np.float32),
+        warped = cv2.remap(bank.patches[k], (mx - 0.5).astype(np.float32), (my - 0.5).astype(np.float32),
                            interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float32)
     else:
         from .mouth_render import _remap
 
-        warped = _remap(patch, mx, my)
-    shape = (y1 - y0, x1 - x0)
-    def outline(lips: np.ndarray, upper: tuple, lower: tuple) -> np.ndarray:
-        return np.concatenate([lips[list(upper)], lips[list(lower)][::-1]])
-
-    opening = _fill(shape, outline(driven, INNER_UPPER, INNER_LOWER), (x0, y0))
-    if region == "interior":  # the opening, a little onto the inner lip edge, feathered
-        inner = outline(driven, INNER_UPPER, INNER_LOWER)
-        x, y = inner[:, 0], inner[:, 1]
-        if 0.5 * abs(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))) < 1.0:  # lips shut: no opening
-            return crop, tgt
-        mask = _fill(shape, _grown(outline(driven, INNER_UPPER, INNER_LOWER), frame.origin, MASK_IN * frame.iod),
-                     (x0, y0))
-        mask = np.clip(_blur(mask, FEATHER_IN * frame.iod), 0.0, 1.0)
-    else:  # the outer lip contours, placed and driven (the frame's own warped lips lie there and must not
-        # show as a second lip edge), pushed MASK_OUT iod outwards, feathered
-        mask = np.zeros(shape, np.float32)
-        for lips in (tgt, driven):
-            grown = _grown(outline(lips, OUTER_UPPER, OUTER_LOWER), frame.origin, MASK_OUT * frame.iod)
-            mask = np.maximum(mask, _fill(shape, grown, (x0, y0)))
-        mask = np.clip(_blur(mask, FEATHER * frame.iod), 0.0, 1.0)
-    if not mask.any():  # lips closed: nothing of the bank shows
-        return crop, tgt
+        warped = _remap(bank.patches[k], mx, my)
+    # colour: the bank frame's lips matched to the frame's own (mean, and contrast within STD_RATIO), so the
+    # teeth and cavity take the frame's light; the lips, not the opening, are what both frames share
+    mu_c, sd_c = lip_band_stats(crop, driven)
+    mu_w, sd_w = bank.lips_colour(k)
+    if sd_c.sum() > 3.0:  # the frame's lips cover pixels (a tiny face: no match)
+        warped = (warped - mu_w) * np.clip(sd_c / np.maximum(sd_w, 1.0), *STD_RATIO) + mu_c
     pixels = crop[y0:y1, x0:x1].astype(np.float32)
-    # colour: the mean (and, within STD_RATIO, the contrast) of the frame's lips; the mouth opening is left
-    # out (the frame's own is warped lip skin, the bank's real teeth and cavity)
-    lips_band = (_fill(shape, outline(driven, OUTER_UPPER, OUTER_LOWER), (x0, y0)) > 0.5) & (opening < 0.5)
-    if lips_band.sum() > 16:
-        mu_c, mu_w = pixels[lips_band].mean(0), warped[lips_band].mean(0)
-        ratio = np.clip(pixels[lips_band].std(0) / np.maximum(warped[lips_band].std(0), 1.0), *STD_RATIO)
-        warped = (warped - mu_w) * ratio + mu_c
     out = crop.copy()
     m = mask[..., None]
     out[y0:y1, x0:x1] = np.clip(np.rint(pixels * (1 - m) + warped * m), 0, 255).astype(np.uint8)

@@ -34,6 +34,8 @@ OUTER_UPPER = (61, 185, 40, 39, 37, 0, 267, 269, 270, 409, 291)
 OUTER_LOWER = (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291)
 UPPER_SET = frozenset(INNER_UPPER + OUTER_UPPER) - {78, 308, 61, 291}
 LOWER_SET = frozenset(INNER_LOWER + OUTER_LOWER) - {78, 308, 61, 291}
+_IS_UPPER = np.isin(np.arange(468), list(UPPER_SET))  # per mesh index: a lookup, not a set test per call
+_IS_LOWER = np.isin(np.arange(468), list(LOWER_SET))
 NOSE_BASE, CHIN, EYE_R, EYE_L = 2, 152, 33, 263
 CHEEKS = (205, 425, 50, 280)
 
@@ -177,8 +179,8 @@ def drive_landmarks(g: MouthGeometry, lms: np.ndarray, pose: MouthPose,
     u, v = g.to_uv(p)
     v_closed = np.interp(u, g.col_u, g.v_up + ALPHA * g.gap_ref)
     lower = v > v_closed
-    lower[np.isin(ids, list(UPPER_SET))] = False
-    lower[np.isin(ids, list(LOWER_SET))] = True
+    lower[_IS_UPPER[ids]] = False
+    lower[_IS_LOWER[ids]] = True
     out = p.copy()
     for side in (False, True):
         sel = lower == side
