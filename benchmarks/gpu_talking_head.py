@@ -301,8 +301,8 @@ def score_weights(pack: dict, paths: list[Path], run_mesh) -> list[dict]:
             super().__init__()
             self.models = torch.nn.ModuleList(models)
 
-        def forward(self, source, reference, audio):
-            return sum(m(source, reference, audio) for m in self.models) / len(self.models)
+        def forward(self, source, reference, audio, visemes=None):
+            return sum(m(source, reference, audio, visemes) for m in self.models) / len(self.models)
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     models = [load_generator(Path(p)).to(dev).eval() for p in paths]
