@@ -2,20 +2,22 @@
 
 portrait re-poses the reference mouth with a smooth warp and draws the interior between the lips
 (mouth_render.py); on a real face the drawn cavity and teeth band look worse than the person's own.
-A talking video already holds that person's real lips and teeth in many shapes, so:
+A talking video already holds that person's real teeth and mouth shapes, so:
 
   * build_bank: up to MAX_BANK_FRAMES frames of a talking video (the reference itself, or another
     video of the same person), evenly subsampled, each stored as a small lower-face patch in a
     canonical mouth frame (eye line horizontal, unit = inter-ocular distance "iod") with its lip
-    landmarks and mouth-shape features (inner-lip gap, outer height, widths, lip thicknesses). The
-    bank is capped in frames and patch pixels, so its memory does not grow with the video.
+    landmarks, mouth-shape features (inner-lip gap, outer height, widths, lip thicknesses) and its lips'
+    colour. Capped in frames and patch pixels, so its memory does not grow with the video.
   * select_frames: per output frame, the bank frame whose shape is nearest the driven target shape,
     with a temporal cost (Viterbi over each frame's nearest candidates): consecutive bank frames are
     free, holding one is cheap, a jump costs - so the mouth does not flicker between near ties.
-  * blend_mouth: the chosen patch warped piecewise-affinely onto the output frame's driven lip
-    landmarks (triangle strips between the lip contours and a ring around them), colour-matched to
-    the frame around the lips, and blended through a feathered mask over the lips; the jaw and chin
-    motion of portrait's own warp stays around it.
+  * blend_mouth (REGION "interior", the default): the frame's own lips (portrait's warp of them) are
+    bent SHAPE_FOLLOW of the way from the driven shape to the chosen bank frame's real lip shape
+    (reshape_lips), and the mouth opening between them - teeth, tongue, cavity - is the bank frame's,
+    warped piecewise-affinely onto the inner lip contours, colour-matched through the two frames' lips
+    and feathered in. On the held-out clip this beats replacing the lips too (REGION "lips"): the
+    frame's own lips carry its light and texture, the bank only what portrait would have to draw.
 """
 from __future__ import annotations
 
