@@ -56,10 +56,16 @@ def _cmd_setup(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _speaker_from_clip(timer: StageTimer, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """--voice clip -> DH_SPEAKER (LoadReferenceAudio -> ExtractSpeakerEmbedding), timed."""
-    from .nodes.voice_nodes import ExtractSpeakerEmbedding, LoadReferenceAudio
+    """--voice clip -> DH_SPEAKER (LoadReferenceAudio's cleaning -> ExtractSpeakerEmbedding), timed."""
+    from .audio import load_reference
+    from .nodes.voice_nodes import ExtractSpeakerEmbedding
 
-    audio, _ = timer.run("load_audio", LoadReferenceAudio().load, audio_file=str(args.voice))
+    # the prepared clip itself, not LoadReferenceAudio's AUDIO dict: that needs torch, which the warm-up
+    # thread imports meanwhile (warmup.py) - the speaker embedding and the TTS do not
+    prepared = timer.run("load_audio", load_reference, Path(args.voice))
+    for warning in prepared.warnings:
+        log.warning("LoadReferenceAudio: %s", warning)
+    audio = {"dh_prepared": prepared}  # what ExtractSpeakerEmbedding reads from LoadReferenceAudio's output
     return timer.run("embed", ExtractSpeakerEmbedding().extract, reference=audio, backend=args.backend,
                      reference_text=args.voice_text or "", imitate=not args.no_imitate,
                      name=Path(args.voice).stem, engine=getattr(args, "engine", "kokoro"))
@@ -77,12 +83,13 @@ def _cmd_embed(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
     from .nodes.voice_nodes import TRT_TTS
-    from .preflight import check_speak_args
+    from .preflight import check_input_files, check_speak_args
     from .voice.speaker import SpeakerProfile
     from .warmup import start_warmup
 
-    start_warmup(tts_backend=args.backend if args.engine == "kokoro" else None)
     timer = StageTimer()
+    timer.run("preflight", check_input_files, args)  # a missing file: refused before any thread starts
+    start_warmup(tts_backend=args.backend if args.engine == "kokoro" else None)
     text = timer.run("preflight", check_speak_args, args)  # every input checked before any heavy work
     speaker = None
     embed_report: dict[str, Any] = {}
@@ -394,11 +401,12 @@ def _speech_phones(args: argparse.Namespace, wave: Any, rate: int) -> Any:
 
 def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
     from .audio import decode_audio
-    from .preflight import check_animate_args
+    from .preflight import check_animate_args, check_input_files
     from .warmup import start_warmup
 
-    start_warmup()  # torch imports while the inputs are checked
     timer = StageTimer()
+    timer.run("preflight", check_input_files, args)  # a missing file: refused before any thread starts
+    start_warmup()  # torch imports while the inputs are checked
     timer.run("preflight", check_animate_args, args)  # every input checked before any heavy work
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio))
     phones = timer.run("phones", _speech_phones, args, wave, rate)
@@ -431,11 +439,12 @@ def _cmd_train_avatar(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     """The main job: voice clip + face + text -> lip-synced MP4 in the cloned voice."""
     from .nodes.voice_nodes import TRT_TTS
-    from .preflight import check_run_args
+    from .preflight import check_input_files, check_run_args
     from .warmup import start_warmup
 
-    start_warmup(tts_backend=args.backend)  # torch and the TTS session load while the inputs are checked
     timer = StageTimer()
+    timer.run("preflight", check_input_files, args)  # a missing file: refused before any thread starts
+    start_warmup(tts_backend=args.backend)  # torch and the TTS session load while the inputs are checked
     text = timer.run("preflight", check_run_args, args)  # every input checked before any heavy work
     if getattr(args, "speaker", None):  # a saved speaker (`embed`, or a batch's shared voice fit)
         from .voice.speaker import SpeakerProfile
@@ -682,6 +691,15 @@ def main(argv: list[str] | None = None) -> int:
     from .nodes.comfy_glue import enable_console_progress
 
     enable_console_progress()  # long steps (the voice fit, rendering) draw a bar on stderr
+    from .warmup import wait_for_warmup
+
+    try:
+        return _run_command(args)
+    finally:  # an input check may fail while the warm-up thread still builds the TTS session: let it end first
+        wait_for_warmup()
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         report = args.func(args)
     except (ValueError, OSError, RuntimeError) as exc:
@@ -690,9 +708,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
             exc = OSError(f"could not read or write a file: {exc}. Check the paths and that the output folder "
                           "is writable and has free space.")
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
         if getattr(args, "json", False):
-            print(json.dumps({"ok": False, "error": str(exc)}))
+            print(json.dumps({"ok": False, "error": str(exc)}), flush=True)
         return 2
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():  # peak GPU memory of this command (benchmarks/memory.py)

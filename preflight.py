@@ -308,6 +308,15 @@ def check_animate_args(args: Any) -> None:
     check_output(args.out)
 
 
+def check_input_files(args: Any) -> None:
+    """The input files of `run`/`animate`/`speak` exist and are not empty: the one check the CLI makes
+    before its warm-up thread starts (a run refused here exits at once, with no session build to wait for)."""
+    for option in ("voice", "speaker", "audio", "face"):
+        path = getattr(args, option, None)
+        if path:
+            _existing_file(path, f"--{option}")
+
+
 def check_run_args(args: Any) -> str:
     """`run`: text, voice clip, face, model, output; returns the text."""
     check_positive(args.speed, "--speed")

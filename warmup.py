@@ -8,7 +8,10 @@ model per key at a time, so it waits for a load in progress instead of repeating
 
 Nothing here reports errors: a failed warm-up is logged at debug level and the main path loads the
 same things itself, with its own clear messages. Only the CLI and batch workers call this; inside
-ComfyUI the process and its imports are ComfyUI's.
+ComfyUI the process and its imports are ComfyUI's. The CLI waits for the thread before it exits
+(wait_for_warmup): a process that ends while ONNX Runtime is still building a session on another
+thread aborts in C++ ("terminate called without an active exception"), e.g. when an input check fails
+at once.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import logging
 import threading
 
 log = logging.getLogger("digital_human")
+_STARTED: list[threading.Thread] = []
+_STOP = threading.Event()  # set by wait_for_warmup: what has not started yet is skipped
 
 
 def start_warmup(tts_backend: str | None = None) -> threading.Thread:
@@ -23,18 +28,30 @@ def start_warmup(tts_backend: str | None = None) -> threading.Thread:
 
     def warm() -> None:
         try:
-            import torch  # noqa: F401  (the talking-head path and AUDIO dicts need it later)
-
             if tts_backend is not None:
                 from .engines import loader
                 from .engines.kokoro.synth import kokoro_model_spec
 
-                # the same spec, backend and precision as voice.tts.synthesize_speech asks for
+                # first, while the main thread's input checks hold the GIL: ONNX Runtime builds the session
+                # without it (and the loader asks torch about CUDA only where a GPU driver exists). The same
+                # spec, backend and precision as voice.tts.synthesize_speech asks for.
                 loader.get(kokoro_model_spec("fp32"), backend=tts_backend, precision="auto", stage="voice")
+            if not _STOP.is_set():  # a run that already ended (a bad input) does not wait for torch
+                import torch  # noqa: F401  (then: the AUDIO dicts and the talking-head path need it)
         except Exception as exc:  # the main path meets the same problem and says it properly
             log.debug("warm-up stopped early: %s", exc)
 
-    # daemon: a run that stops at a bad input must exit at once, not after the warm-up
+    # daemon: a Python-level exit never hangs on it; main() still joins it (wait_for_warmup)
+    _STOP.clear()
     thread = threading.Thread(target=warm, name="dh-warmup", daemon=True)
     thread.start()
+    _STARTED.append(thread)
     return thread
+
+
+def wait_for_warmup() -> None:
+    """Before the process exits: skip what the warm-up has not started yet and wait for what it is doing
+    (a session build cannot be interrupted; an input error at once waits for its end, ~1-2 s on 2 cores)."""
+    _STOP.set()
+    while _STARTED:
+        _STARTED.pop().join()
