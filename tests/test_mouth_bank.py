@@ -243,6 +243,16 @@ def test_no_bank_from_a_photo_or_too_few_frames():
     assert MB.build_bank(sparse) is None
 
 
+def test_no_bank_without_opencv(monkeypatch):
+    """The bank's warps and masks are OpenCV's: without it there is no bank (portrait draws the mouth)."""
+    from digital_human.vision import align as align_mod
+
+    track = _long_track(40, 256)
+    assert MB.build_bank(track) is not None
+    monkeypatch.setattr(align_mod, "_cv2", None)
+    assert MB.build_bank(track) is None
+
+
 # --- option plumbing --------------------------------------------------------------------------------
 def test_resolve_mouth_bank_modes():
     video = _long_track(30, 256)

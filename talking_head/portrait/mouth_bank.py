@@ -21,11 +21,14 @@ A talking video already holds that person's real teeth and mouth shapes, so:
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...vision import align as _align
+
+log = logging.getLogger("digital_human")
 
 # MediaPipe mesh lip contours, subject's right corner first (11 points each, corners shared)
 OUTER_UPPER = (61, 185, 40, 39, 37, 0, 267, 269, 270, 409, 291)
@@ -185,10 +188,15 @@ def bank_frames(n: int, found: np.ndarray, max_frames: int = MAX_BANK_FRAMES) ->
 def build_bank(track, max_frames: int = MAX_BANK_FRAMES, origin: str = "the reference video") -> MouthBank | None:
     """The mouth bank of a FaceTrack of a talking video (frames with a found face, every stride-th so at
     most max_frames); None when it has fewer than MIN_BANK_FRAMES usable frames (a photo, say).
-    Reads one crop at a time (a video decoded on demand stays so)."""
+    Reads one crop at a time (a video decoded on demand stays so). The warps and masks are OpenCV's (a
+    pack dependency); where it is missing there is no bank, said in the log, and portrait draws the mouth."""
     from ...vision.faces import CropLandmarks
 
     if len(track) < MIN_BANK_FRAMES:
+        return None
+    if _align._cv2 is None:
+        log.info("[digital_human] portrait: no mouth bank without OpenCV (pip install opencv-python); "
+                 "the mouth interior is drawn")
         return None
     picks, stride = bank_frames(len(track), track.found, max_frames)
     if len(picks) < MIN_BANK_FRAMES:
@@ -327,14 +335,9 @@ def warp_maps(src_pts: np.ndarray, dst_pts: np.ndarray, box: tuple[int, int, int
     dm = np.concatenate([d[live].transpose(0, 2, 1), np.ones((len(live), 1, 3))], 1)  # [T, 3, 3]
     aff = s[live].transpose(0, 2, 1) @ np.linalg.inv(dm)  # [T, 2, 3] dst -> src
     label = np.full((h, w), -1, np.int32)
-    if cv2 is not None:
-        polys = np.rint((d[live] - 0.5 - np.array([x0, y0])) * 16).astype(np.int32)  # 4 fractional bits
-        for j, poly in enumerate(polys):
-            cv2.fillConvexPoly(label, poly, j, lineType=cv2.LINE_8, shift=4)
-    else:  # barycentric inside-test per triangle (slow path, no OpenCV)
-        for j, t in enumerate(live):
-            lam = np.einsum("ij,jhw->ihw", np.linalg.inv(dm[j]), np.stack([xx, yy, np.ones_like(xx)]))
-            label[(lam >= -1e-9).all(0)] = j
+    polys = np.rint((d[live] - 0.5 - np.array([x0, y0])) * 16).astype(np.int32)  # 4 fractional bits
+    for j, poly in enumerate(polys):
+        cv2.fillConvexPoly(label, poly, j, lineType=cv2.LINE_8, shift=4)
     inside = label >= 0
     a = aff[label[inside]]
     px, py = xx[inside], yy[inside]
@@ -347,23 +350,12 @@ def _fill(shape: tuple[int, int], poly: np.ndarray, origin: tuple[int, int]) -> 
     """float32 [h, w] 1 inside the polygon (continuous px, box origin (x0, y0)), 0 outside."""
     out = np.zeros(shape, np.float32)
     cv2 = _align._cv2
-    if cv2 is not None:
-        cv2.fillPoly(out, [np.rint((poly - 0.5 - origin) * 16).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=4)
-        return out
-    from matplotlib.path import Path as _Path  # pragma: no cover - OpenCV is a requirement
-
-    yy, xx = np.mgrid[0:shape[0], 0:shape[1]] + 0.5
-    inside = _Path(poly - origin).contains_points(np.stack([xx.ravel(), yy.ravel()], -1))
-    return inside.reshape(shape).astype(np.float32)
+    cv2.fillPoly(out, [np.rint((poly - 0.5 - origin) * 16).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=4)
+    return out
 
 
 def _blur(img: np.ndarray, sigma: float) -> np.ndarray:
-    cv2 = _align._cv2
-    if cv2 is not None:
-        return cv2.GaussianBlur(img, (0, 0), sigma, borderType=cv2.BORDER_CONSTANT)
-    from scipy.ndimage import gaussian_filter  # pragma: no cover
-
-    return gaussian_filter(img, sigma, mode="constant")
+    return _align._cv2.GaussianBlur(img, (0, 0), sigma, borderType=_align._cv2.BORDER_CONSTANT)
 
 
 def placed_lips(target_lms: np.ndarray, bank: MouthBank, k: int, follow: float | None = None) -> np.ndarray:
@@ -394,16 +386,15 @@ def reshape_lips(crop: np.ndarray, lms_from: np.ndarray, lms_to: np.ndarray) -> 
         return crop
     mx, my = warp_maps(src, dst, (x0, y0, x1, y1), outside="identity")
     out = crop.copy()
-    cv2 = _align._cv2
-    if cv2 is not None:
-        moved = cv2.remap(crop, (mx - 0.5).astype(np.float32), (my - 0.5).astype(np.float32),
-                          interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-    else:
-        from .mouth_render import _remap
-
-        moved = np.clip(np.rint(_remap(crop, mx, my)), 0, 255).astype(np.uint8)
-    out[y0:y1, x0:x1] = moved
+    out[y0:y1, x0:x1] = _remap_linear(crop, mx, my)
     return out
+
+
+def _remap_linear(image: np.ndarray, map_x: np.ndarray, map_y: np.ndarray) -> np.ndarray:
+    """image sampled bilinearly at continuous px (map_x, map_y) (OpenCV's centre-at-integer: minus 0.5)."""
+    cv2 = _align._cv2
+    return cv2.remap(image, (map_x - 0.5).astype(np.float32), (map_y - 0.5).astype(np.float32),
+                     interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
 
 
 def _grown(points: np.ndarray, centre: np.ndarray, by: float) -> np.ndarray:
@@ -458,14 +449,7 @@ def blend_mouth(crop: np.ndarray, target_lms: np.ndarray, bank: MouthBank, k: in
                            ey=np.array([0.0, 1.0]), iod=bank.scale)
     src = _mesh(np.asarray(bank.points[k], np.float64), src_frame)
     mx, my = warp_maps(src, _mesh(tgt, frame), (x0, y0, x1, y1), triangles=tris)
-    cv2 = _align._cv2
-    if cv2 is not None:
-        warped = cv2.remap(bank.patches[k], (mx - 0.5).astype(np.float32), (my - 0.5).astype(np.float32),
-                           interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float32)
-    else:
-        from .mouth_render import _remap
-
-        warped = _remap(bank.patches[k], mx, my)
+    warped = _remap_linear(bank.patches[k], mx, my).astype(np.float32)
     # colour: the bank frame's lips matched to the frame's own (mean, and contrast within STD_RATIO), so the
     # teeth and cavity take the frame's light; the lips, not the opening, are what both frames share
     mu_c, sd_c = lip_band_stats(crop, driven)
