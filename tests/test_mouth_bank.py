@@ -351,3 +351,22 @@ def test_real_clip_bank_changes_only_the_mouth_and_the_mesh_finds_the_placed_lip
     err = M.mouth_landmark_distance(found, res.track.landmarks)
     print(f"\nmesh vs placed lips: {err:.4f} iod")
     assert err < 0.025, err
+
+
+def test_target_shapes_of_long_speech_are_made_in_blocks():
+    """The driven shapes of every output frame come in blocks (long speech holds 6 floats a frame, not 468
+    points): a long schedule gives each frame the shape it gets on its own."""
+    from digital_human.talking_head.portrait.animate import target_shapes
+    from digital_human.talking_head.portrait.speech_drive import MouthParams
+
+    track = _long_track(40, 256)
+    n = 1100  # over two blocks
+    rng = np.random.default_rng(0)
+    params = MouthParams(*(rng.random(n).astype(np.float32) for _ in range(4)), fps=25.0)
+    idx = np.arange(n) % len(track)
+    shapes = target_shapes(track, idx, params)
+    assert shapes.shape == (n, len(MB.FEATURES))
+    for i in (0, 511, 512, 1099):
+        one = MouthParams(*(np.array([getattr(params, f)[i]]) for f in ("jaw_open", "lip_open", "width", "round")),
+                          fps=25.0)
+        np.testing.assert_allclose(shapes[i], target_shapes(track, idx[i:i + 1], one)[0], atol=1e-6)

@@ -18,7 +18,7 @@ from ...vision.faces import CropLandmarks, apply_affines, invert_affines
 from ...vision.paste import lower_face_mask
 from ..driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
                       phase_progress, reference_warnings, validate_audio, validate_track)
-from .mouth_bank import LIP_POINTS, MouthBank, blend_mouth, build_bank, select_frames, shape_features
+from .mouth_bank import FEATURES, LIP_POINTS, MouthBank, blend_mouth, build_bank, select_frames, shape_features
 from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, mouth_shape, render_mouth
 from .speech_drive import MouthParams, mouth_params
 
@@ -159,17 +159,22 @@ def target_shapes(track, idx: np.ndarray, params: MouthParams) -> np.ndarray:
     lips, from the landmarks alone (no crop is read), for choosing bank frames before rendering."""
     crop_lms = CropLandmarks(track)
     ids = np.concatenate([LIP_POINTS, [33, 263]])
-    pts = np.zeros((len(idx), 468, 2), np.float32)
-    geoms: dict[int, MouthGeometry] = {}
-    for i, r in enumerate(np.asarray(idx, np.int64)):
-        r = int(r)
-        if r not in geoms:
-            geoms = geoms if len(geoms) < 256 else {}
-            geoms[r] = mouth_shape(crop_lms[r], track.crop_size)
-        pose = MouthPose(float(params.jaw_open[i]), float(params.lip_open[i]), float(params.width[i]),
-                         float(params.round[i]))
-        pts[i, ids] = drive_landmarks(geoms[r], crop_lms[r], pose, points=ids)
-    return shape_features(pts)
+    idx = np.asarray(idx, np.int64)
+    out = np.empty((len(idx), len(FEATURES)), np.float32)
+    pts = np.zeros((min(len(idx), 512), 468, 2), np.float32)  # a block of output frames at a time: long
+    geoms: dict[int, MouthGeometry] = {}                       # speech must not hold 468 points a frame
+    for start in range(0, len(idx), len(pts)):
+        block = idx[start:start + len(pts)]
+        for j, r in enumerate(block):
+            r, i = int(r), start + j
+            if r not in geoms:
+                geoms = geoms if len(geoms) < 256 else {}
+                geoms[r] = mouth_shape(crop_lms[r], track.crop_size)
+            pose = MouthPose(float(params.jaw_open[i]), float(params.lip_open[i]), float(params.width[i]),
+                             float(params.round[i]))
+            pts[j, ids] = drive_landmarks(geoms[r], crop_lms[r], pose, points=ids)
+        out[start:start + len(block)] = shape_features(pts[:len(block)])
+    return out
 
 
 def _bank_schedule(mouth_bank: Any, track, idx: np.ndarray, params: MouthParams,
