@@ -233,11 +233,46 @@ def _interior(g: MouthGeometry, pose: MouthPose, u: np.ndarray, v: np.ndarray, v
     return col * (1 - a) + teeth * a
 
 
+# The backward map is solved on a grid of this pitch, upsampled, and refined by one fixed-point step at
+# every pixel: within 0.3 px of the converged map on the shared photos (the per-pixel 4-step solve is
+# within 0.3 px too), at about a fifth of the per-pixel solve's cost.
+GRID_PX = 4
+
+
+def _backward_map(g: MouthGeometry, pose: MouthPose, x0: int, y0: int, h: int, w: int, lower_layer: bool,
+                  iterations: int, grid: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reference (u, v) displacement [h, w] of the output pixels of the box at (x0, y0): q = s + d(s)
+    solved by fixed-point iteration with one layer's field, on a grid of pitch `grid` px, bilinearly
+    upsampled (1: at every pixel). Each layer's field is smooth, so its inverse is too; the caller picks
+    the layer per pixel."""
+    gh, gw = -(-h // grid) + 1, -(-w // grid) + 1
+    # coarse sample j sits where cv2.resize puts it: at pixel j * grid + (grid - 1) / 2
+    gy = y0 + np.arange(gh, dtype=np.float64) * grid + (grid - 1) / 2 + 0.5
+    gx = x0 + np.arange(gw, dtype=np.float64) * grid + (grid - 1) / 2 + 0.5
+    yy, xx = np.meshgrid(gy, gx, indexing="ij")
+    d = np.stack([xx, yy], -1) - g.origin
+    u, v = d @ g.ex, d @ g.ey
+    su, sv = u.copy(), v.copy()
+    for _ in range(iterations):
+        du, dv = _fields(g, pose, su, sv, lower_layer)
+        su, sv = u - du, v - dv
+    disp = [su - u, sv - v]
+    cv2 = _align._cv2
+    if grid == 1:
+        return disp[0][:h, :w], disp[1][:h, :w]
+    if cv2 is not None:
+        size = (gw * grid, gh * grid)
+        return tuple(cv2.resize(a.astype(np.float32), size, interpolation=cv2.INTER_LINEAR)[:h, :w]
+                     .astype(np.float64) for a in disp)
+    return tuple(np.repeat(np.repeat(a, grid, 0), grid, 1)[:h, :w] for a in disp)
+
+
 def render_mouth(crop: np.ndarray, g: MouthGeometry, pose: MouthPose, iterations: int = 4,
-                 interior: bool = True) -> np.ndarray:
+                 interior: bool = True, grid: int = GRID_PX) -> np.ndarray:
     """The crop [S, S, 3] uint8 with its mouth re-posed; pixels outside g.roi are unchanged.
     interior: draw the mouth interior between the lips (False: the warp only, for a caller that
-    covers the mouth with real pixels, the mouth bank)."""
+    covers the mouth with real pixels, the mouth bank). grid: pitch (px) of the backward map's coarse
+    solve (1: `iterations` steps at every pixel, no coarse solve)."""
     x0, y0, x1, y1 = g.roi
     out = crop.copy()
     if x1 <= x0 or y1 <= y0:
@@ -255,20 +290,28 @@ def render_mouth(crop: np.ndarray, g: MouthGeometry, pose: MouthPose, iterations
     v_bot = np.interp(u, bot_u, np.maximum(bot_v, top_v))
     divider = np.interp(u, (top_u + bot_u) / 2, (top_v + np.maximum(bot_v, top_v)) / 2)
     lower = v > divider
-    # backward map: solve q = s + d(s) by fixed-point iteration, per layer
-    su, sv = u.copy(), v.copy()
-    for _ in range(iterations):
-        du_l, dv_l = _fields(g, pose, su, sv, True)
-        du_u, dv_u = _fields(g, pose, su, sv, False)
-        su = u - np.where(lower, du_l, du_u)
-        sv = v - np.where(lower, dv_l, dv_u)
+    # backward map: solve q = s + d(s) per layer (each smooth), then take each pixel's layer
+    h, w = y1 - y0, x1 - x0
+    du_l, dv_l = _backward_map(g, pose, x0, y0, h, w, True, iterations, grid)
+    du_u, dv_u = _backward_map(g, pose, x0, y0, h, w, False, iterations, grid)
+    su = u + np.where(lower, du_l, du_u)
+    sv = v + np.where(lower, dv_l, dv_u)
+    if grid > 1:  # one step at every pixel, with its own layer's field, removes the upsampling's error
+        for layer in (True, False):
+            sel = lower == layer
+            du, dv = _fields(g, pose, su[sel], sv[sel], layer)
+            su[sel], sv[sel] = u[sel] - du, v[sel] - dv
     src = g.origin + su[..., None] * g.ex + sv[..., None] * g.ey
     warped = _remap(crop, src[..., 0], src[..., 1])
     # interior between the target curves, inside the corners (1 px anti-aliased edges)
     inside_w = np.abs(u - (top_u[0] + top_u[-1]) / 2) < (top_u[-1] - top_u[0]) / 2
     alpha = np.clip(np.minimum(v - v_top, v_bot - v) + 0.5, 0.0, 1.0) * inside_w
     if interior and alpha.any():
-        drawn = _interior(g, pose, u, v, v_top, v_bot)
-        warped = warped * (1 - alpha[..., None]) + drawn * alpha[..., None]
+        # drawn only over the rows and columns the opening covers (a small part of the warp's box)
+        rows, cols = np.flatnonzero(alpha.any(1)), np.flatnonzero(alpha.any(0))
+        box = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))
+        a = alpha[box][..., None]
+        drawn = _interior(g, pose, u[box], v[box], v_top[box], v_bot[box])
+        warped[box] = warped[box] * (1 - a) + drawn * a
     out[y0:y1, x0:x1] = np.clip(np.rint(warped), 0, 255).astype(np.uint8)
     return out
