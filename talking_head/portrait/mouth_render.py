@@ -12,9 +12,9 @@ inter-ocular distance "iod" of the outer eye corners):
   * The face above the dividing line between the lips follows the "upper" field (fading to zero at
     the nose base), the face below it the "lower" field (fading to zero below the chin and at the
     jaw angles). Both fields are smooth and equal (zero) outside the mouth corners, so the skin
-    never tears; between the two target inner-lip curves is the mouth interior, which is drawn:
-    dark cavity with a gradient, a hint of upper teeth when open, tongue-red at the bottom, colours
-    taken from this face's lips and skin.
+    never tears; between the two target inner-lip curves is the mouth interior, which is drawn
+    (_interior): a shaded cavity, upper teeth hanging from the upper lip, lower teeth and a tongue
+    on wide openings, colours derived from this face's lips and skin.
 The warp is backward (output pixel -> reference pixel, fixed-point inversion of the smooth forward
 field) and resampled with cv2.remap (numpy bilinear fallback). The driven landmarks (all 468) are
 the forward field applied to the reference ones, which updates DH_FACES.
@@ -206,31 +206,128 @@ def _remap(src: np.ndarray, map_x: np.ndarray, map_y: np.ndarray) -> np.ndarray:
     return out
 
 
+_LUMA = np.array([0.299, 0.587, 0.114])
+# Colour per unit luminance (rgb / luma): a tongue's or gums' pink under white light; teeth (ivory); the
+# skin of the shared photos (a face's own skin chroma against this says how warm or cool the light is).
+_PINK = np.array([1.58, 0.73, 0.78])
+_IVORY = np.array([1.03, 1.00, 0.93])
+_SKIN_TYPICAL = np.array([1.18, 0.94, 0.85])
+# Tooth boundaries seen from the front, from the midline in iod (outer eye corners ~ 90 mm): central
+# incisor ~8.5 mm, lateral ~6.5 mm and the canine foreshortened by the arch; the lower ones narrower.
+# Each boundary's weight: the midline shows most, the canines (further back, foreshortened) least.
+UPPER_TEETH = ((0.0, 1.0), (0.094, 0.8), (0.160, 0.45), (0.205, 0.25))
+LOWER_TEETH = ((0.0, 1.0), (0.060, 0.7), (0.115, 0.4))
+
+
+def interior_palette(g: MouthGeometry) -> dict[str, np.ndarray]:
+    """RGB colours of the drawn mouth interior, from this face's lips and skin: the exposure from their
+    luminance, the light's tint from the skin's chroma, so a darker or lighter face (or a warm or cool
+    photo) gets a matching mouth rather than one fixed palette."""
+    lip, skin = np.maximum(g.lip_rgb, 1.0), np.maximum(g.skin_rgb, 1.0)
+    l_lip, l_skin = float(lip @ _LUMA), float(skin @ _LUMA)
+    # the light's colour, weakly: a skin's chroma is also its tone (darker skin is warmer), not only the light's
+    tint = np.clip((skin / l_skin) / _SKIN_TYPICAL, 0.6, 1.6) ** 0.3
+    flesh = 0.4 * lip / l_lip + 0.6 * _PINK * tint  # inner-mouth chroma: between the lips' and a pink
+    # teeth: brighter than the skin (much brighter on dark skin), never paper-white, in the photo's light
+    l_teeth = min(l_skin + 0.4 * (236.0 - l_skin), 1.5 * l_skin + 20.0)
+    teeth = _IVORY * tint / float((_IVORY * tint) @ _LUMA) * l_teeth
+    # the tongue's pink is lighter than dark lips: part of its brightness follows the teeth (the exposure)
+    return {"throat": flesh * (0.08 * l_lip) + 1.0, "cavity": flesh * (0.30 * l_lip),
+            "tongue": flesh * (0.45 * l_lip + 0.25 * l_teeth),
+            "wet_lip": lip * 0.62, "teeth": np.clip(teeth, 0.0, 245.0)}
+
+
+def _separations(s: np.ndarray, edges: tuple[tuple[float, float], ...], iod: float) -> np.ndarray:
+    """0..1: how much of a gap between two teeth is at |s| (px from the midline): a ~1 px wide bump at
+    each boundary (edges: (iod from the midline, weight)), zero where the teeth are too small to show.
+    Tabulated at 1/4 px along |s| and interpolated (a few exp per boundary, not per pixel)."""
+    gain = float(np.clip((iod - 60.0) / 60.0, 0.0, 1.0))
+    if gain == 0.0:
+        return np.zeros_like(s)
+    grid = np.arange(0.0, edges[-1][0] * iod + 4.0, 0.25)
+    table = np.zeros_like(grid)
+    for e, wt in edges:
+        table += wt * np.exp(-(grid - e * iod) ** 2)
+    return np.interp(np.abs(s), grid, table * gain, right=0.0)
+
+
 def _interior(g: MouthGeometry, pose: MouthPose, u: np.ndarray, v: np.ndarray, v_top: np.ndarray,
               v_bot: np.ndarray) -> np.ndarray:
-    """RGB float [h, w, 3] of the mouth interior at output points (u, v) between the curves."""
+    """RGB float [h, w, 3] of the mouth interior at output points (u, v) (px, mouth frame) between the
+    inner-lip curves v_top (upper lip) and v_bot (lower lip), back to front:
+      * cavity: darkest in the middle of the opening (the throat), dimly lit near the lips;
+      * tongue: a dome resting on the lower lip, only on wide openings with the jaw well down (open
+        vowels), shaded from its lit front (bottom) to its back (top edge, into the throat);
+      * lower teeth: their tips above the lower lip, only when the jaw is well open, in shadow;
+      * upper teeth: a band hanging from the upper lip and following its curve, with the lip's shadow
+        at the top, a greyer biting edge slightly notched between teeth, faint separations at the
+        incisors and canines, and darker towards the corners (further back);
+      * a thin wet, darker lip edge along the lower lip.
+    All edges are ramps ~1 px wide (anti-aliased); colours from interior_palette."""
+    pal = interior_palette(g)
+    iod = g.iod
     gap = np.maximum(v_bot - v_top, 1e-3)
-    depth = np.clip((v - v_top) / gap, 0.0, 1.0)  # 0 at the upper lip, 1 at the lower
-    lateral = np.clip(np.abs(u - g.u0) / g.half_w, 0.0, 1.0)
-    dark = g.lip_rgb * 0.16 + 4.0
-    # darkest in the middle of the opening, lighter (lit by the lips) near the lip edges
-    shade = 0.55 + 0.45 * (np.abs(depth - 0.55) / 0.55) ** 2 + 0.35 * lateral ** 2
-    col = dark[None, None, :] * shade[..., None]
-    # tongue: a warm, dim band at the bottom of a well-opened mouth
-    tongue = np.clip((depth - 0.6) / 0.4, 0, 1) * np.clip((gap / g.iod - 0.05) / 0.06, 0, 1) * (1 - lateral ** 2)
-    col = col + tongue[..., None] * (g.lip_rgb * 0.45 - col)
-    # upper teeth: a band right under the upper lip, part of the opening, fading to the corners;
-    # a little darker right at the lip (its shadow) and towards the band's lower edge
-    teeth_h = np.minimum(0.38 * gap, 0.055 * g.iod)
+    open_cols = gap > 0.5
+    if not open_cols.any():
+        return np.broadcast_to(pal["throat"], u.shape + (3,)).astype(np.float64)
+    uo = u[open_cols]
+    u_l, u_r = float(uo.min()), float(uo.max())
+    x = (u - (u_l + u_r) / 2) / max((u_r - u_l) / 2, 1.0)  # -1..1 across the opening
+    x2 = np.minimum(x * x, 1.0)
+    big = float(gap.max())  # the opening at its widest, px
+    op = big / iod
     below = v - v_top
-    band = np.clip((teeth_h - below) / 1.0 + 0.5, 0, 1)
-    show = np.clip((gap / g.iod - 0.02) / 0.04, 0, 1) * np.clip(1.0 - lateral ** 2, 0, 1) * 0.8
-    brightness = float(np.mean(g.skin_rgb)) / 180.0
-    teeth = np.array([222.0, 214.0, 198.0]) * np.clip(brightness, 0.55, 1.0)
-    rel = np.clip(below / np.maximum(teeth_h, 1e-3), 0, 1)
-    teeth = teeth * (0.72 + 0.28 * np.sin(np.pi * np.clip(rel * 0.8 + 0.2, 0, 1)))[..., None]
-    a = (band * show)[..., None]
-    return col * (1 - a) + teeth * a
+    t = np.clip(below / gap, 0.0, 1.0)  # 0 at the upper lip, 1 at the lower
+
+    # cavity: throat-dark in the middle, dimly lit towards the lips, dark again in the corners
+    lit = np.minimum(((t - 0.45) / 0.55) ** 2 + x2 * x2, 1.0) * (1.0 - 0.6 * np.clip((x2 - 0.6) / 0.4, 0, 1))
+    col = pal["throat"] + (pal["cavity"] - pal["throat"]) * lit[..., None]
+
+    def over(c: np.ndarray, a: np.ndarray) -> None:
+        nonlocal col
+        col = col + a[..., None] * (c - col)
+
+    # tongue (open vowels): a dome on the lower lip, its height growing with the opening
+    vis_t = (_smoothstep((op - 0.05) / 0.05) * _smoothstep((pose.jaw_open - 0.35) / 0.4)
+             * (1.0 - 0.6 * pose.round))
+    if vis_t > 0.0:
+        h_t = vis_t * 0.45 * big * np.sqrt(np.clip(1.0 - x2 / 0.65, 0.0, 1.0))
+        top = v_bot - h_t
+        a_t = np.clip((v - top) / 1.8 + 0.5, 0.0, 1.0) * np.clip(h_t - 0.3, 0.0, 1.0)  # a soft silhouette
+        front = np.clip((v - top) / np.maximum(h_t, 1.0), 0.0, 1.0)
+        shade = (0.4 + 0.65 * np.sqrt(front)) * (1.0 - 0.4 * x2)  # its back recedes into the throat
+        over(pal["tongue"] * shade[..., None], a_t)
+
+    teeth = pal["teeth"]
+    s = u - g.u0  # tooth positions are fixed to the face's midline, not to the moving lip corners
+
+    # lower teeth: tips just above the lower lip when the jaw is well open, in the upper teeth's shadow
+    vis_l = _smoothstep((op - 0.09) / 0.04) * _smoothstep((pose.jaw_open - 0.6) / 0.3)
+    if vis_l > 0.0:
+        across = np.sqrt(np.clip(1.0 - x2 / 0.25, 0.0, 1.0))  # the lower incisors only
+        h_l = vis_l * min(0.12 * big, 0.022 * iod) * across
+        a_l = np.clip(v - (v_bot - h_l) + 0.5, 0.0, 1.0) * np.clip(h_l - 0.3, 0.0, 1.0)
+        sep = _separations(s, LOWER_TEETH, iod)
+        shade = 0.62 * across * (1.0 - 0.12 * sep)
+        over(teeth * shade[..., None], a_l)
+
+    # upper teeth: a band under the upper lip along its curve
+    vis_u = _smoothstep((op - 0.01) / 0.03) * (1.0 - 0.35 * pose.round)
+    if vis_u > 0.0:
+        sep = _separations(s, UPPER_TEETH, iod)
+        h_u = vis_u * np.minimum(0.45 * gap, (0.022 + 0.18 * op) * iod) * (1.0 - 0.35 * x2) - 0.6 * sep
+        a_u = np.clip(h_u - below + 0.5, 0.0, 1.0) * np.clip((0.92 - np.sqrt(x2)) / 0.15, 0.0, 1.0)
+        rel = np.clip(below / np.maximum(h_u, 1.0), 0.0, 1.0)
+        front = np.abs(s) / iod
+        shade = ((0.62 + 0.38 * _smoothstep(below / np.maximum(1.6, 0.35 * h_u)))  # the upper lip's shadow
+                 * (1.0 - 0.12 * _smoothstep((rel - 0.55) / 0.45))                # greyer biting edge
+                 * (1.0 - 0.08 * _smoothstep((front - 0.07) / 0.07) - 0.45 * x2)  # side teeth further back
+                 * (1.0 - 0.14 * sep))                                            # faint separations
+        over(teeth * shade[..., None], a_u)
+
+    # the lower lip's wet inner edge (not on a slit, which stays a dark line)
+    over(pal["wet_lip"], 0.55 * np.clip(1.6 - (v_bot - v), 0.0, 1.0) * np.clip((gap - 2.0) / 3.0, 0.0, 1.0))
+    return col
 
 
 # The backward map is solved on a grid of this pitch, upsampled, and refined by one fixed-point step at
