@@ -4,7 +4,6 @@ face models), plus one check on a shared photo."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from digital_human.talking_head.portrait import mouth_render as mr
 
@@ -50,7 +49,7 @@ def _lum(rgb: np.ndarray) -> np.ndarray:
 
 def _inside(res, margin: float = 1.0) -> np.ndarray:
     """Pixels fully inside the opening (alpha 1, at least `margin` px from both lips)."""
-    rgb, alpha, v, v_top, v_bot = res
+    _rgb, alpha, v, v_top, v_bot = res
     return (alpha >= 1.0) & (v - v_top >= margin) & (v_bot - v >= margin)
 
 
@@ -78,7 +77,7 @@ def test_upper_teeth_brighter_than_cavity_and_only_when_open():
     assert _lum(rgb).max() <= _lum(pal["cavity"]) + 1.0
     # half open: a bright band right under the upper lip, the cavity below it much darker
     res = _interior(g, (0.5, 0.5, 0.0, 0.0))
-    rgb, alpha, v, v_top, v_bot = res
+    rgb, _alpha, v, v_top, v_bot = res
     lum = _lum(rgb)
     centre = np.abs(np.arange(rgb.shape[1]) - rgb.shape[1] / 2) < rgb.shape[1] * 0.15
     inside = _inside(res) & centre[None]
@@ -95,7 +94,7 @@ def test_upper_teeth_follow_the_upper_lip():
     first bright pixel is within 2 px of the lip, and the band's edge follows the curve."""
     for curve in (-6.0, 6.0):
         res = _interior(_geometry(curve=curve), (0.7, 0.7, 0.0, 0.0))
-        rgb, alpha, v, v_top, v_bot = res
+        rgb, alpha, v, v_top, _v_bot = res
         lum = _lum(rgb) * (alpha >= 1.0)
         w = rgb.shape[1]
         starts, tops = [], []
@@ -113,7 +112,7 @@ def test_upper_teeth_follow_the_upper_lip():
 def _tongue_pixels(g: mr.MouthGeometry, pose) -> int:
     """Pixels in the lower half of the opening lit well above the cavity and red (the tongue)."""
     res = _interior(g, pose)
-    rgb, alpha, v, v_top, v_bot = res
+    rgb, _alpha, v, v_top, v_bot = res
     depth = (v - v_top) / np.maximum(v_bot - v_top, 1e-3)
     pal = mr.interior_palette(g)
     red = (rgb[..., 0] > 1.3 * rgb[..., 1]) & (_lum(rgb) > 2.0 * _lum(pal["cavity"]))
@@ -134,7 +133,7 @@ def test_lower_teeth_only_when_the_jaw_is_well_open():
 
     def lower_teeth(pose) -> int:  # light grey-white pixels just above the lower lip
         res = _interior(g, pose)
-        rgb, alpha, v, v_top, v_bot = res
+        rgb, alpha, v, _v_top, v_bot = res
         near_lip = (v_bot - v > 0.5) & (v_bot - v < 4.0) & (alpha >= 1.0)
         whiteish = (_lum(rgb) > 0.4 * _lum(pal["teeth"])) & (rgb[..., 0] < 1.25 * rgb[..., 1])
         return int(np.sum(near_lip & whiteish))
@@ -164,7 +163,7 @@ def test_edges_are_anti_aliased():
     """The teeth band's lower edge is a ramp, not a step: in the middle column some pixel lies between the
     cavity and the teeth."""
     res = _interior(_geometry(), (0.6, 0.6, 0.0, 0.0))
-    rgb, alpha, v, v_top, v_bot = res
+    rgb, alpha, *_ = res
     col = _lum(rgb[:, rgb.shape[1] // 2 + 3])
     inside = alpha[:, rgb.shape[1] // 2 + 3] >= 1.0
     hi, lo = col[inside].max(), col[inside].min()
