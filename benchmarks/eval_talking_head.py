@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -110,6 +111,7 @@ def prepare(out: Path, data_dir: Path, cache: Path, quality: int = 92) -> None:
     from digital_human.talking_head.audio_features import MelConfig, windows_for_frames
     from digital_human.talking_head.phone_source import speech_phones
     from digital_human.talking_head.visemes import frame_features, viseme_track
+    from eval_visemes import bilabial_frames
 
     arrays: dict[str, np.ndarray] = {"version": np.array(PACK_VERSION)}
     cfg = MelConfig()
@@ -130,6 +132,9 @@ def prepare(out: Path, data_dir: Path, cache: Path, quality: int = 92) -> None:
         found = speech_phones(None, wave, sr, "auto")
         track_v = viseme_track(found.phones, track.fps, len(track)) if found.phones else None
         arrays[f"{key}_visemes"] = frame_features(track_v, len(track)).astype(np.float32)
+        # frames inside an aligned P/B/M (eval_visemes.py's bilabial closure item, scored by gpu_talking_head.py)
+        arrays[f"{key}_bilabial"] = bilabial_frames(
+            [SimpleNamespace(label=p[0], start=p[1], end=p[2]) for p in found.phones or []], track.fps, len(track))
         print(f"{key}: {found.note}")
         assert sr == cfg.sample_rate, sr
     arrays["face_mesh_onnx"] = np.frombuffer(face_model_paths()["mesh"].read_bytes(), np.uint8)

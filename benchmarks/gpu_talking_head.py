@@ -92,6 +92,8 @@ class HeldOut:
         self.sources = crops_to_regions(self.crops, config)
         self.reference = crops_to_regions(neutral_crop[None], config)
         self.real = remeasure_landmarks(self.crops, self.lms, run_mesh)
+        # frames inside an aligned P/B/M of 01b (eval_talking_head.py --prepare; older packs have none)
+        self.bilabial = pack["b_bilabial"][:n].astype(bool) if "b_bilabial" in pack else None
         baseline = blend_in_crop(self.crops, np.broadcast_to(neutral_crop, self.crops.shape), self.masks)
         self.baseline = lip_scores(remeasure_landmarks(baseline, self.lms, run_mesh), self.real, self.wave, 16000, self.fps)
 
@@ -149,6 +151,30 @@ class HeldOut:
         crops = blend_in_crop(self.crops[:n], regions_into_crops(self.crops[:n], regions, self.config), self.masks[:n])
         return remeasure_landmarks(crops, self.lms[:n], self.run_mesh)
 
+    def diagnostics(self, pred_lms: np.ndarray) -> dict:
+        """Timing and closure next to lip_scores: the lag curve against the speech envelope (the bar's lag is
+        its argmax), the lag and correlation of the mouth opening against the REAL 01b opening (the same
+        lag_curve, a far stronger signal than the envelope), the opening's spread against the real one, and the
+        bilabial closure fractions of eval_visemes.py (frames inside an aligned P/B/M whose inner-lip gap is
+        under each threshold) for these landmarks and the real 01b's. `opening` is kept for the dump."""
+        from eval_visemes import closure_fractions
+
+        from digital_human.vision.lipsync_metrics import av_lag, lag_curve, mouth_opening, speech_envelope
+
+        n = len(pred_lms)
+        pred_open, real_open = mouth_opening(pred_lms), mouth_opening(self.real[:n])
+        env = speech_envelope(self.wave_for(n), 16000, self.fps, n)
+        lags, curve = lag_curve(pred_open, env, self.fps)
+        lag_real, corr_real = av_lag(pred_open, real_open, self.fps)
+        out = {"lag_curve_ms": [float(v) for v in lags * 1000.0 / self.fps], "lag_curve": [float(v) for v in curve],
+               "lag_vs_real_ms": lag_real, "corr_vs_real": corr_real,
+               "open_std_ratio": float(pred_open.std() / max(real_open.std(), 1e-9)), "opening": pred_open}
+        if self.bilabial is not None:
+            inside = self.bilabial[:n]
+            out.update(bilabial_frames=int(inside.sum()), **closure_fractions(pred_open, inside),
+                       **{f"real_{k}": v for k, v in closure_fractions(real_open, inside).items()})
+        return out
+
     def score(self, model, n: int | None = None) -> dict:
         """Lip scores of the model on the first n frames of 01b (all by default), plus statistics of the
         generated hole (mean, std over frames and pixels, fraction at 0 or 255: a saturated generator
@@ -156,7 +182,9 @@ class HeldOut:
         n = len(self.crops) if n is None else min(int(n), len(self.crops))
         regions = self.generate_regions(model, n)
         hole = regions[:, :, self.config.hole_row():].astype(np.float32) / 255
-        row = lip_scores(self.landmarks(regions), self.real[:n], self.wave_for(n), 16000, self.fps)
+        pred = self.landmarks(regions)
+        row = lip_scores(pred, self.real[:n], self.wave_for(n), 16000, self.fps)
+        row.update(self.diagnostics(pred))
         row.update(frames=n, baseline_mld=self.baseline_for(n)["mld"], hole_mean=float(hole.mean()),
                    hole_std=float(hole.std()), hole_frame_std=float(hole.std(axis=0).mean()),
                    hole_saturated=float(((hole <= 0) | (hole >= 1)).mean()))
@@ -198,7 +226,8 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
     result: dict = {"config": config.to_dict(), "amp": not args.no_amp, "seed": args.seed,
                     "shape_weight": args.shape_weight, "audio_dropout": args.audio_dropout,
                     "mouth_weight": args.mouth_weight, "augment_audio": args.augment_audio,
-                    "time_stretch": args.time_stretch, "visemes": bool(args.visemes), "baseline_a": held.baseline,
+                    "time_stretch": args.time_stretch, "visemes": bool(args.visemes),
+                    "average_weights": args.average_weights, "baseline_a": held.baseline,
                     "eval_frames": sub, "baseline_a_eval_frames": held.baseline_for(sub), "curve": curve,
                     "loss_curve": losses, "target_reached": False, "reached_at": None,
                     "footage_seconds": len(data.usable) / data.fps}
@@ -221,6 +250,7 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
         row = held.score(model, sub)
         row.update(step=step, train_s=train_s, loss=loss, eval_s=time.perf_counter() - te,
                    mld_vs_baseline=row["mld"] / row["baseline_mld"] - 1)
+        row.pop("opening", None)
         curve.append(row)
         ok = meets_target(row, row["baseline_mld"])
         if ok and not reached:
@@ -234,13 +264,26 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
                     batch_size=args.batch, monitor=monitor, monitor_every=args.eval_every, amp=not args.no_amp,
                     augment_audio=args.augment_audio, seed=args.seed, shape_weight=args.shape_weight,
                     audio_dropout=args.audio_dropout, mouth_weight=args.mouth_weight, time_stretch=args.time_stretch,
+                    average_weights=args.average_weights,
                     progress=lambda s, n, l: losses.append((s, l)) if s % 50 == 0 else None,
                     status=lambda text: print(text, flush=True))
     te = time.perf_counter()
     final = held.score(fit.model)
     final.update(step=fit.steps, train_s=fit.seconds, loss=fit.loss, eval_s=time.perf_counter() - te,
-                 mld_vs_baseline=final["mld"] / base - 1)
-    print(line(final, "final"), flush=True)
+                 mld_vs_baseline=final["mld"] / base - 1, averaged_steps=fit.averaged_steps)
+    openings = {"real_b": mouth_opening_of(held.real), "final": final.pop("opening")}
+    print(line(final, "final" if not fit.averaged_steps else "avg  "), flush=True)
+    print(diag_line(final), flush=True)
+    if fit.last_model is not None:  # --average-weights: the last step's weights too, on the same frames
+        te = time.perf_counter()
+        last = held.score(fit.last_model)
+        last.update(step=fit.steps, train_s=fit.seconds, loss=fit.loss, eval_s=time.perf_counter() - te,
+                    mld_vs_baseline=last["mld"] / base - 1)
+        openings["final_last"] = last.pop("opening")
+        result["final_last"] = last
+        print(line(last, "last "), flush=True)
+        print(diag_line(last), flush=True)
+    np.savez_compressed(out_dir / "openings.npz", **openings)
     if args.dump:  # before save_generator, which moves the model to the CPU
         dump_for_analysis(pack, held, fit.model, data, out_dir, run_mesh)
     save_generator(fit.model.float().cpu(), out_dir / "clone_01a.safetensors")
@@ -249,6 +292,20 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
                   final_meets_target=meets_target(final, base))
     save()
     return result
+
+
+def mouth_opening_of(lms: np.ndarray) -> np.ndarray:
+    from digital_human.vision.lipsync_metrics import mouth_opening
+
+    return mouth_opening(lms)
+
+
+def diag_line(row: dict) -> str:
+    closed = "".join(f"  closed<{g} {row[f'closed_{g}']:.2f} (real {row[f'real_closed_{g}']:.2f})"
+                     for g in (0.02, 0.03) if f"closed_{g}" in row)
+    return (f"      vs real opening: lag {row['lag_vs_real_ms']:+.1f} ms corr {row['corr_vs_real']:.3f}  opening std "
+            f"{row['open_std_ratio']:.2f} x real{closed}"
+            + (f"  ({row['bilabial_frames']} P/B/M frames)" if "bilabial_frames" in row else ""))
 
 
 def dump_for_analysis(pack: dict, held: "HeldOut", model, data, out_dir: Path, run_mesh) -> None:
@@ -317,6 +374,7 @@ def score_weights(pack: dict, paths: list[Path], run_mesh) -> list[dict]:
     rows = []
     for label, model in candidates:
         row = held.score(model)
+        row.pop("opening")
         row.update(weights=label, mld_vs_baseline=row["mld"] / base - 1, meets_target=meets_target(row, base))
         rows.append(row)
         print(f"{label}: MLD {row['mld']:.4f} ({100 * row['mld_vs_baseline']:+.1f}% vs a) lag {row['lag_ms']:+.1f} ms "
@@ -430,6 +488,9 @@ def main() -> None:
     ap.add_argument("--audio-dropout", type=float, default=0.3, help="fit_clone's audio-embedding dropout")
     ap.add_argument("--time-stretch", type=float, default=1.0,
                     help="fit_clone's audio time-stretch augmentation (max factor; 1 = off)")
+    ap.add_argument("--average-weights", type=float, default=0.0,
+                    help="fit_clone's tail weight average: share of the run at its end whose weights are averaged "
+                         "(0 = off); the final scoring then covers the average and the last step's weights")
     ap.add_argument("--mouth-weight", type=float, default=10.0, help="clone_loss's extra weight on the mouth box")
     ap.add_argument("--dump", action="store_true",
                     help="also write landmarks.npz and FP16 weights for CPU-side analysis")

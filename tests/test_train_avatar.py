@@ -444,3 +444,41 @@ def test_training_with_visemes_reads_the_footages_phones(clip, trained):
     assert with_phones.frames.shape == without.frames.shape
     assert not any("phone timings" in w for w in with_phones.warnings)
     assert any("without phone timings" in w for w in without.warnings)
+
+
+def test_tail_weight_average_is_the_mean_of_the_last_steps_weights(one_thread, tmp_path):
+    """average_weights=0.5 over 8 steps: the result's model is the plain mean of the weights after steps
+    5..8 (the updates made in the run's second half), last_model the weights after step 8; a resumed run
+    continues the average from its checkpoint. Off (the default) nothing changes: no last_model."""
+    import torch
+
+    from digital_human.talking_head.clone.train import fit_clone
+
+    data, _ = _synthetic_data(TINY, n=30)
+    seen: dict[int, list] = {}
+
+    def monitor(model, step, seconds, loss):
+        seen[step] = [p.detach().clone() for p in model.parameters()]
+
+    fit = fit_clone(data, TINY, steps=8, device="cpu", batch_size=4, seed=0, lr=3e-3, average_weights=0.5,
+                    monitor=monitor, monitor_every=1)
+    assert fit.averaged_steps == 4 and fit.last_model is not None
+    for i, (avg, last) in enumerate(zip(fit.model.parameters(), fit.last_model.parameters())):
+        expect = torch.stack([seen[s][i] for s in (5, 6, 7, 8)]).mean(0)
+        assert torch.allclose(avg, expect, atol=1e-6), i
+        assert torch.equal(last, seen[8][i])
+    assert any(not torch.equal(seen[5][i], seen[8][i]) for i in range(len(seen[8])))  # the weights did move
+    assert not fit.model.training
+
+    plain = fit_clone(data, TINY, steps=2, device="cpu", batch_size=4, seed=0)
+    assert plain.last_model is None and plain.averaged_steps == 0
+
+    ckpt = tmp_path / "checkpoint.pt"
+    first = fit_clone(data, TINY, steps=6, device="cpu", batch_size=4, seed=0, average_weights=0.5,
+                      checkpoint_path=ckpt)
+    assert first.averaged_steps == 3 and torch.load(ckpt, weights_only=True)["averaged_n"] == 3
+    resumed = fit_clone(data, TINY, steps=8, device="cpu", batch_size=4, seed=0, average_weights=0.5,
+                        checkpoint_path=ckpt)
+    assert resumed.averaged_steps == 5
+    with pytest.raises(ValueError, match="average_weights"):
+        fit_clone(data, TINY, steps=1, device="cpu", average_weights=1.5)
