@@ -8,8 +8,10 @@ chunk while they are pasted back, smoothed (strength 0.5, the CLI's default) and
 (render_talking_video: paste-back, smoothing and YUV on the GPU, encoding overlapped). Wall time from the
 speech file to the closed MP4, per stage too.
 
-A setting is precision[:compile] (precision: fp16, the CUDA default, bf16 or fp32, the baseline; compile: the
-DIGITAL_HUMAN_MUSETALK_COMPILE=1 path, torch.compile of the generation step and the VAE encoder). Each setting
+A setting is precision[:compile][:graphs|:nographs] (precision: fp16, the CUDA default, bf16 or fp32, the
+baseline; compile: the DIGITAL_HUMAN_MUSETALK_COMPILE=1 path, torch.compile of the generation step and the VAE
+encoder; graphs / nographs: DIGITAL_HUMAN_MUSETALK_GRAPHS=1 / 0, the step and encoder replayed from CUDA graphs
+on the pipeline's own stream - unset, the code's default: on when compiling). Each setting
 runs in a fresh process: its first run is the cold run (CUDA context, the face models' and MuseTalk's first
 load; with compile, the compilation: compile_s is the pipeline's own compile_seconds + encode_compile_seconds),
 then one warm-up and --repeats warm runs (models loaded; median and spread).
@@ -22,7 +24,9 @@ with the caches kept (the same video again, new speech or not: the speech is dec
 Code without these caches (--no-avatar, or an older checkout) gives first-request runs only.
 Peak GPU memory per run: torch.cuda.max_memory_allocated (reset before each run). cold_process_s adds this
 process's imports (interpreter start not included). The CLI itself is not run (it gives one wall time per
-process; this separates cold, warm and the stages). --sample-dir: each setting saves the generated crops of
+process; this separates cold, warm and the stages). Each run also records a timeline (seconds from its
+start): every render call of the model (start, end), every chunk handed to the encoder, the paste region's
+set-up and the encoder's return - where the video stage waits. --sample-dir: each setting saves the generated crops of
 the first 32 output frames (uint8) and the report gives their max difference from the fp32 setting's.
 
   python benchmarks/gpu_musetalk_video.py --face talk_512.mp4 --speech speech_10s.wav --out $OUT/v.json
@@ -53,6 +57,71 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bootstrap import import_pack  # noqa: E402
 
 COMPILE_ENV = "DIGITAL_HUMAN_MUSETALK_COMPILE"
+GRAPHS_ENV = "DIGITAL_HUMAN_MUSETALK_GRAPHS"
+
+
+class Timeline:
+    """Events of one run in seconds from its start, recorded by wrapping render_video's own functions (the
+    code under test is unchanged): render calls, encoder chunks, the paste region, the encoder's return."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.events: dict[str, list] = {"render": [], "encoder_chunk": [], "paste_region": [], "paste_chunk": []}
+        self._undo: list = []
+
+    def now(self) -> float:
+        return round(time.perf_counter() - self.t0, 4)
+
+    def _wrap(self, module, name: str, key: str) -> None:
+        orig = getattr(module, name)
+
+        def timed(*a, **k):
+            t = self.now()
+            try:
+                return orig(*a, **k)
+            finally:
+                self.events[key].append((t, self.now()))
+
+        setattr(module, name, timed)
+        self._undo.append((module, name, orig))
+
+    def install(self) -> Timeline:
+        from digital_human.talking_head import render_video as rv
+
+        self._wrap(rv, "paste_region", "paste_region")
+        self._wrap(rv, "paste_boxes", "paste_chunk")
+        orig_stream = rv.FrameStream
+
+        def stream(*a, chunks, **k):
+            def timed():
+                for item in chunks:
+                    self.events["encoder_chunk"].append(self.now())
+                    yield item
+            return orig_stream(*a, chunks=timed(), **k)
+
+        rv.FrameStream = stream
+        self._undo.append((rv, "FrameStream", orig_stream))
+        return self
+
+    def wrap_render(self, gen) -> None:
+        orig = gen.render
+        if orig is None:
+            return
+
+        def render(start, stop):
+            t = self.now()
+            try:
+                return orig(start, stop)
+            finally:
+                self.events["render"].append((t, self.now()))
+
+        render.__self__ = getattr(orig, "__self__", None)  # the benchmark finds the pipeline through it
+        gen.render = render
+
+    def remove(self) -> None:
+        for module, name, orig in reversed(self._undo):
+            setattr(module, name, orig)
+        self._undo.clear()
 
 
 def run_once(face: Path, speech: Path, out: Path, precision: str, torch) -> dict:
@@ -67,28 +136,50 @@ def run_once(face: Path, speech: Path, out: Path, precision: str, torch) -> dict
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     timer = StageTimer()
-    t0 = time.perf_counter()
-    wave, rate = timer.run("decode_audio", decode_audio, speech)
-    faces, fps, _ = _faces_from_file(timer, face, None, "auto", 60.0, None, _seconds(wave, rate), 0,
-                                     model="musetalk")  # the crop size the CLI picks for this model
-    gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, "musetalk", fps, backend="auto",
-                    precision=precision, streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
-    result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5)
-    if cuda:
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - t0
+    timeline = Timeline().install()
+    try:
+        t0 = timeline.t0 = time.perf_counter()
+        wave, rate = timer.run("decode_audio", decode_audio, speech)
+        faces, fps, _ = _faces_from_file(timer, face, None, "auto", 60.0, None, _seconds(wave, rate), 0,
+                                         model="musetalk")  # the crop size the CLI picks for this model
+        gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, "musetalk", fps, backend="auto",
+                        precision=precision, streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
+        timeline.wrap_render(gen)
+        t_video = timeline.now()
+        result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5)
+        t_video_end = timeline.now()
+        if cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    finally:
+        timeline.remove()
     pipe = getattr(getattr(gen.render, "__self__", None), "pipe", None)  # the streaming renderer's pipeline
+    ev = timeline.events
+    tl = {"video_start": t_video, "video_end": t_video_end, **ev}
+    if ev["render"] and ev["encoder_chunk"]:  # where the video stage went, in seconds
+        tl["summary"] = {"setup_to_first_render": round(ev["render"][0][0] - t_video, 4),
+                         "render_busy": round(sum(b - a for a, b in ev["render"]), 4),
+                         "render_span": round(ev["render"][-1][1] - ev["render"][0][0], 4),
+                         "first_chunk_to_encoder": round(ev["encoder_chunk"][0] - t_video, 4),
+                         "last_render_to_last_chunk": round(ev["encoder_chunk"][-1] - ev["render"][-1][1], 4),
+                         "last_chunk_to_mp4": round(t_video_end - ev["encoder_chunk"][-1], 4)}
     row = {"wall_s": round(wall, 3), "stages_s": {k: round(v, 3) for k, v in timer.seconds.items()},
            "musetalk_timings_s": {k: round(v, 3) for k, v in gen.timings.items()},
            "frames": result.mux.frames_written, "fps": fps, "speech_s": round(_seconds(wave, rate), 3),
            "video_s": round(result.mux.video_seconds, 3), "backend": gen.backend,
            "frame_size": list(faces.frames.shape[1:3]), "mp4_bytes": out.stat().st_size,
-           "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None}
+           "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
+           "timeline": tl}
     if pipe is not None and (pipe._compiled is not None or pipe.compile_note):
         row["compile_s"] = None if pipe.compile_seconds is None else round(pipe.compile_seconds, 2)
         enc = getattr(pipe, "encode_compile_seconds", None)
         row["encode_compile_s"] = None if enc is None else round(enc, 2)
         row["compile_note"] = pipe.compile_note
+    if pipe is not None and (getattr(pipe, "graphs", False) or getattr(pipe, "graphs_note", None)):
+        row["graphs"] = bool(pipe.graphs)
+        row["graph_capture_s"] = dict(pipe.graph_capture_seconds)
+        row["graphs_captured"] = sorted(pipe._graph)
+        row["graphs_note"] = pipe.graphs_note
     return row
 
 
@@ -125,8 +216,14 @@ def one_setting(args: argparse.Namespace) -> dict:
     import torch
 
     precision, *mode = args.one.split(":")
-    compiled = mode == ["compile"]
+    unknown = set(mode) - {"compile", "graphs", "nographs"}
+    if unknown:
+        raise SystemExit(f"unknown setting parts {sorted(unknown)} in {args.one!r}")
+    compiled = "compile" in mode
     os.environ[COMPILE_ENV] = "1" if compiled else "0"
+    os.environ.pop(GRAPHS_ENV, None)
+    if "graphs" in mode or "nographs" in mode:
+        os.environ[GRAPHS_ENV] = "1" if "graphs" in mode else "0"
     t_imported = time.perf_counter()
     runs = []
     avatar = not args.no_avatar and clear_avatar()
@@ -146,6 +243,8 @@ def one_setting(args: argparse.Namespace) -> dict:
     repeat = [r for r in runs if r["kind"] == "repeat"]
     walls = [r["wall_s"] for r in first]
     res = {"setting": args.one, "precision": precision, "compile": compiled, "avatar_cache": avatar,
+           "graphs": cold.get("graphs", False), "graph_capture_s": cold.get("graph_capture_s"),
+           "graphs_note": cold.get("graphs_note"),
            "cold_s": cold["wall_s"], "cold_process_s": round(t_imported - T_PROCESS + cold["wall_s"], 3),
            "import_s": round(t_imported - T_PROCESS, 3),
            "warmup_s": runs[1]["wall_s"], "warm_median_s": round(statistics.median(walls), 3),
@@ -167,7 +266,8 @@ def main() -> None:
     ap.add_argument("--face", type=Path, required=True, help="talking video (or photo) of the person")
     ap.add_argument("--speech", type=Path, required=True, help="speech WAV (the clip's length sets the video's)")
     ap.add_argument("--out", type=Path, help="JSON report (also printed)")
-    ap.add_argument("--settings", default="fp16,fp32,fp16:compile", help="precision[:compile], comma-separated")
+    ap.add_argument("--settings", default="fp16,fp32,fp16:compile",
+                    help="precision[:compile][:graphs|:nographs], comma-separated")
     ap.add_argument("--repeats", type=int, default=3, help="warm runs after the cold run and one warm-up")
     ap.add_argument("--no-avatar", action="store_true", help="never keep anything between requests (first "
                     "requests only)")
@@ -207,7 +307,8 @@ def main() -> None:
         else:
             report["settings"].append(json.loads(lines[-1][len("RESULT "):]))
         save()
-    base = next((s for s in report["settings"] if s["precision"] == "fp32" and not s["compile"]), None)
+    base = next((s for s in report["settings"] if s["precision"] == "fp32" and not s["compile"]
+                 and not s.get("graphs")), None)
     for s in report["settings"]:
         s["warm_x_vs_fp32"] = round(base["warm_median_s"] / s["warm_median_s"], 2) if base else None
         if base and s.get("repeat_median_s"):
@@ -225,7 +326,8 @@ def main() -> None:
     save()
     summary = [{k: s.get(k) for k in ("setting", "warm_median_s", "warm_min_s", "warm_max_s", "repeat_median_s",
                                       "repeat_min_s", "repeat_max_s", "cold_s", "cold_process_s", "compile_s",
-                                      "encode_compile_s", "peak_gpu_mb", "warm_x_vs_fp32", "repeat_x_vs_fp32",
+                                      "encode_compile_s", "graphs", "graph_capture_s", "graphs_note",
+                                      "peak_gpu_mb", "warm_x_vs_fp32", "repeat_x_vs_fp32",
                                       "crops_vs_fp32_max_levels")}
                for s in report["settings"]]
     print(json.dumps({"summary": summary, "errors": report["errors"]}, indent=1))

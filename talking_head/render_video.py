@@ -13,6 +13,7 @@ is prepared on a thread. The frames equal the node path's to rounding (tests/tes
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -34,6 +35,12 @@ CHUNK_FRAMES = 32  # frames per GPU step / encoder write: a few tens of MB of ui
 # at most this many bytes of float face boxes per chunk: a face that fills a 1920-px photo has a
 # ~1000-px box (12 MB a frame in float32), and the paste's temporaries are several times a chunk
 CHUNK_BOX_BYTES = 48 * 2**20
+# TemporalSmooth's frame-space masks (_smooth_masks: a polygon fill, blur and warp per frame on the CPU, ~0.1 s
+# a 32-frame chunk on an H200 host) are made on a few threads, chunks ahead of the paste-back, instead of on
+# the thread that feeds the encoder: there they set its pace (RESULTS.md, MuseTalk section 8). The same calls
+# with the same arguments, so the same masks.
+SMOOTH_MASK_THREADS = max(1, min(4, (os.cpu_count() or 1) - 1))
+SMOOTH_MASKS_AHEAD = 4  # chunks whose masks may be made or held ahead (each a few MB at 512 px)
 
 
 @dataclass
@@ -193,6 +200,35 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
             stop = min(start + chunk_frames, n)
             yield (start, stop, *gen.chunk(start, stop))
 
+    mask_pool = None
+    if smoothing and SMOOTH_MASK_THREADS > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        mask_pool = ThreadPoolExecutor(max_workers=SMOOTH_MASK_THREADS, thread_name_prefix="dh-smooth-masks")
+    mask_jobs: dict = {}  # (start, landmarks given) -> future of _smooth_masks
+
+    def smooth_masks_ahead(start: int, landmarks) -> None:
+        """Start this chunk's smoothing masks on the pool; when they come from the reference landmarks (the
+        model returned none with this chunk), the next chunks' too (they do not depend on the crops; a later
+        chunk that brings landmarks after all has its own made then). One free core or fewer: no pool, the
+        masks are made where they are used, as before."""
+        if mask_pool is None:
+            return
+        if landmarks is not None:
+            mask_jobs[(start, True)] = mask_pool.submit(_smooth_masks, gen, start, min(start + chunk_frames, n),
+                                                        landmarks, rows, cols)
+            return
+        for s in range(start, min(n, start + SMOOTH_MASKS_AHEAD * chunk_frames), chunk_frames):
+            if (s, False) not in mask_jobs:
+                mask_jobs[(s, False)] = mask_pool.submit(_smooth_masks, gen, s, min(s + chunk_frames, n), None,
+                                                         rows, cols)
+
+    def smooth_masks_of(start: int, stop: int, landmarks) -> np.ndarray:
+        job = mask_jobs.pop((start, landmarks is not None), None)
+        if job is not None:
+            return job.result()
+        return _smooth_masks(gen, start, stop, landmarks, rows, cols)
+
     def pasted_chunks():
         """(start, stop, boxes float 0..1 [k, bh, bw, 3], smoothing masks or None) per chunk."""
         # the model makes chunk k + 1 on its own thread while chunk k is pasted and smoothed here: on a
@@ -200,6 +236,8 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         made = _prefetched(crop_chunks(), depth=1)
         try:
             for start, stop, crops, landmarks in made:
+                if smoothing:
+                    smooth_masks_ahead(start, landmarks)
                 base = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop], rows, cols])).to(dev)
                 masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
                 pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
@@ -214,10 +252,12 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
                     pasted = torch.from_numpy(np.ascontiguousarray(head[inner])).to(dev).float()
                 smooth_mask = None
                 if smoothing:
-                    smooth_mask = torch.from_numpy(_smooth_masks(gen, start, stop, landmarks, rows, cols)).to(dev)
+                    smooth_mask = torch.from_numpy(smooth_masks_of(start, stop, landmarks)).to(dev)
                 yield start, stop, torch.div(pasted, 255.0), smooth_mask  # as uint8_to_image divides
         finally:  # stopped early (error, interruption): stop the model's thread too
             made.close()
+            if mask_pool is not None:
+                mask_pool.shutdown(wait=False, cancel_futures=True)
 
     def to_uint8(box):
         return (box * 255.0 + 0.5).clamp_(0, 255).to(torch.uint8)

@@ -21,16 +21,28 @@ shorter batches are padded so there is no second compilation): 1.6x eager half p
 eager per 32 crops). Compiling costs 60-75 s once per process (step + encoder; a new pipeline of the same
 networks would be traced again, 0.4-0.6 s, hence cached_pipeline), so it is an option (or
 DIGITAL_HUMAN_MUSETALK_COMPILE=1); a failure to compile is logged and the pipeline runs eager.
+
+CUDA graphs (`graphs=True`; by default on when compiling, DIGITAL_HUMAN_MUSETALK_GRAPHS=1/0 forces them on or
+off, eager too): the step and the encoder are captured once per pipeline at their fixed batch (the compiled
+function, or the eager one) and each batch is one graph replay instead of launching a thousand-odd kernels from
+Python - on an H200 a compiled batch's launching took longer than its GPU work (RESULTS.md). The replays and the
+work around them run on the pipeline's own CUDA stream (`stream_scope`), so the video path's paste-back, crop
+warps and copies on the default stream neither wait behind a batch nor hold it up. The graphs are
+torch.cuda.CUDAGraph objects, not torch.compile's per-thread cudagraph trees: captured on whichever thread makes
+the first batch, replayed from any (a video renders on a new thread per request). A capture that fails is logged
+and the pipeline goes on without that graph (compiled or eager, the same results).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +50,7 @@ from .audio import position_table
 
 CROP = 256  # MuseTalk's face crop size (latent 32x32)
 COMPILE_ENV = "DIGITAL_HUMAN_MUSETALK_COMPILE"  # "1": compile=None means compile on CUDA
+GRAPHS_ENV = "DIGITAL_HUMAN_MUSETALK_GRAPHS"  # "1"/"0": graphs=None means on/off (unset: on when compiling)
 log = logging.getLogger("digital_human.musetalk")
 
 
@@ -92,15 +105,70 @@ class LatentCache:
             self._items.clear()
 
 
+def _capture_cuda_graph(fn: Callable[..., Any], inputs: tuple, stream: Any) -> tuple[Any, tuple]:
+    """(graph, outputs): fn(*inputs) captured into a torch.cuda.CUDAGraph on `stream`, after one warm-up call
+    there (lazy cuBLAS/cuDNN set-up and workspaces happen outside the capture). Other threads may use the GPU
+    meanwhile: the capture is thread-local (their calls neither break it nor end up in it)."""
+    import torch
+
+    current = torch.cuda.current_stream(stream.device)
+    stream.wait_stream(current)
+    with torch.cuda.stream(stream):
+        fn(*inputs)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+        out = fn(*inputs)
+    current.wait_stream(stream)
+    return graph, (out if isinstance(out, tuple) else (out,))
+
+
+class GraphReplay:
+    """fn at fixed input shapes as one captured graph: the inputs are copied into the graph's own (static) input
+    tensors, the graph replayed, its outputs cloned (the next replay overwrites them). Thread-safe: a call
+    enqueues copy-in, replay and clone on `stream` under a lock, so two callers' replays never interleave;
+    the caller's current stream is made to wait for the result."""
+
+    def __init__(self, fn: Callable[..., Any], example: tuple, stream: Any,
+                 capture: Callable[..., tuple[Any, tuple]] | None = None) -> None:
+        self.inputs = tuple(x.clone() for x in example)  # same shapes, dtypes and strides (memory format)
+        self.stream = stream
+        self._lock = threading.Lock()
+        self.graph, self.outputs = (capture or _capture_cuda_graph)(fn, self.inputs, stream)
+
+    def __call__(self, *args: Any) -> tuple:
+        import torch
+
+        if len(args) != len(self.inputs) or any(a.shape != x.shape for a, x in zip(args, self.inputs)):
+            raise ValueError("a graph replays only the shapes it was captured with")
+        cuda = self.stream is not None
+        current = torch.cuda.current_stream(self.stream.device) if cuda else None
+        scope = torch.cuda.stream(self.stream) if cuda else contextlib.nullcontext()
+        with self._lock, scope:
+            if cuda:
+                self.stream.wait_stream(current)  # the inputs were made on the caller's stream
+            for dst, src in zip(self.inputs, args):
+                dst.copy_(src)
+            self.graph.replay()
+            out = tuple(o.clone() for o in self.outputs)
+        if cuda and current != self.stream:
+            current.wait_stream(self.stream)
+            for o in out:
+                o.record_stream(current)
+        return out
+
+
 class MuseTalkPipeline:
     """The networks on one device and precision, with a cache of reference-frame latents."""
 
     def __init__(self, networks: Any, seed: int = 0, cache_size: int = 512, compile: bool | None = None,
-                 channels_last: bool | None = None) -> None:
+                 channels_last: bool | None = None, graphs: bool | None = None) -> None:
         """compile: torch.compile the generation step and the VAE encoder (CUDA only; None = the
         DIGITAL_HUMAN_MUSETALK_COMPILE variable). channels_last: the UNet and VAE decoder in NHWC (None = when
         compiling; CUDA only: the CPU keeps NCHW, the layout its parity was proven in). cache_size: reference
-        latents kept (cached_pipeline's pipelines keep SHARED_LATENTS, under content keys)."""
+        latents kept (cached_pipeline's pipelines keep SHARED_LATENTS, under content keys). graphs: replay the
+        step and the encoder from CUDA graphs at a fixed batch, on the pipeline's own stream (CUDA only; None =
+        the DIGITAL_HUMAN_MUSETALK_GRAPHS variable, unset = when compiling)."""
         import torch
 
         self.net = networks
@@ -120,6 +188,17 @@ class MuseTalkPipeline:
         self.encode_compile_seconds: float | None = None
         if compile is None:
             compile = os.environ.get(COMPILE_ENV, "").strip() == "1"
+        graphs = resolve_graphs(graphs, bool(compile))
+        # CUDA graphs: one GraphReplay per function once captured; a failed capture is not tried again
+        self.graphs = bool(graphs) and cuda
+        self.graphs_note: str | None = None
+        self.graph_capture_seconds: dict[str, float] = {}
+        self._graph: dict[str, GraphReplay] = {}
+        self._graph_failed: set[str] = set()
+        self._stream: Any = torch.cuda.Stream(self.device) if self.graphs else None
+        if graphs and not cuda:
+            self.graphs_note = "MuseTalk CUDA graphs are for CUDA only; running without them on the CPU"
+            log.warning("[digital_human] %s", self.graphs_note)
         self.channels_last = False
         if cuda:
             # NHWC only pays compiled: eager, the VAE decoder's group norms are slower channels-last
@@ -129,7 +208,7 @@ class MuseTalkPipeline:
             self.compile_note = "MuseTalk compile is for CUDA only; running eager on the CPU"
             log.warning("[digital_human] %s", self.compile_note)
         elif compile:
-            # dynamic=False: one static graph for one batch size (see _run_compiled); inductor fuses the
+            # dynamic=False: one static graph for one batch size (see _run_static); inductor fuses the
             # group norms, SiLUs, residual adds and the uint8 conversion around cuDNN's convolutions
             self._compiled = torch.compile(self._forward, dynamic=False)
             # the encoder likewise (H200 FP16 batch 32, channels-last: 22 ms compiled vs 44 ms eager; eager
@@ -158,6 +237,60 @@ class MuseTalkPipeline:
         if self.device.type == "cuda":
             self._set_layout(self.channels_last)
 
+    @contextlib.contextmanager
+    def stream_scope(self) -> Iterator[None]:
+        """The caller's device work inside runs on the pipeline's own CUDA stream (with graphs; otherwise
+        nothing changes), after what the caller's stream had queued: a renderer that uploads, generates and
+        copies its crops back inside it waits for none of the other threads' work on the default stream.
+        Tensors made inside and used outside must be synchronised by the caller (the renderer takes only host
+        arrays out)."""
+        if self._stream is None:
+            yield
+            return
+        import torch
+
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._stream):
+            yield
+
+    @contextlib.contextmanager
+    def _on_stream(self) -> Iterator[None]:
+        """stream_scope for the pipeline's own calls: their results are then ordered before the caller's
+        stream's next work (a caller outside stream_scope may use them at once)."""
+        if self._stream is None:
+            yield
+            return
+        import torch
+
+        current = torch.cuda.current_stream(self.device)
+        with self.stream_scope():
+            yield
+        if current != self._stream:
+            current.wait_stream(self._stream)
+
+    def _static_call(self, name: str, fn: Callable[..., Any], args: tuple) -> tuple:
+        """fn(*args) at its fixed batch: replayed from its CUDA graph when there is one; else called, and with
+        graphs on, captured after this call (a failed capture is logged and not tried again)."""
+        graph = self._graph.get(name)
+        if graph is not None:
+            return graph(*args)
+        out = fn(*args)
+        out = out if isinstance(out, tuple) else (out,)
+        if self.graphs and name not in self._graph_failed:
+            t0 = time.perf_counter()
+            try:
+                self._graph[name] = GraphReplay(fn, args, self._stream, _capture)
+                self.graph_capture_seconds[name] = round(time.perf_counter() - t0, 3)
+                log.info("[digital_human] MuseTalk %s captured as a CUDA graph (batch %d, %.2f s)", name,
+                         len(args[0]), time.perf_counter() - t0)
+            except Exception as exc:  # noqa: BLE001 - any capture failure: announced, then run without the graph
+                self._graph_failed.add(name)
+                note = (f"MuseTalk CUDA graph of the {name} failed ({type(exc).__name__}: {exc}"[:300]
+                        + "); running it without a graph")
+                self.graphs_note = note if self.graphs_note is None else self.graphs_note + "; " + note
+                log.warning("[digital_human] %s", note)
+        return out
+
     # --- reference latents ------------------------------------------------------------------------
     def _pixels(self, crops: Any, half_mask: bool) -> Any:
         """float32 NCHW in -1..1 from uint8 NHWC crops: a numpy array (converted on the host), or a uint8
@@ -182,7 +315,7 @@ class MuseTalkPipeline:
         crops = np.asarray(crops)
         if crops.ndim != 4 or crops.shape[1:] != (CROP, CROP, 3):
             raise ValueError(f"MuseTalk crops must be [B, {CROP}, {CROP}, 3] RGB, got {crops.shape}")
-        with torch.inference_mode():
+        with torch.inference_mode(), self._on_stream():
             if self.device.type == "cuda":  # one upload of the uint8 crops; the float conversion there
                 crops = torch.from_numpy(np.ascontiguousarray(crops)).to(self.device)
             out = [self._moments(self._pixels(crops, half).to(self.device, self.dtype)) for half in (True, False)]
@@ -203,11 +336,12 @@ class MuseTalkPipeline:
         return dist.mean, dist.std
 
     def _moments(self, x: Any) -> tuple[Any, Any]:
-        """_encode_moments, compiled when compiling: in batches of the first call's size, a shorter one padded
-        with copies of its last row (a new shape would compile again), as _run_compiled."""
+        """_encode_moments, compiled when compiling and replayed from a CUDA graph with graphs: in batches of
+        ENCODE_BATCH, a shorter one padded with copies of its last row (a new shape would compile again), as
+        _run_static."""
         import torch
 
-        if self._compiled_encode is None:
+        if self._compiled_encode is None and not self.graphs:
             return self._encode_moments(x)
         size = ENCODE_BATCH  # fixed: a repeat request's first call may have only a few misses to encode
         means, stds = [], []
@@ -217,18 +351,25 @@ class MuseTalkPipeline:
                 k = len(part)
                 if k < size:
                     part = torch.cat([part, part[-1:].expand(size - k, *part.shape[1:])])
+                if self._compiled_encode is None:  # graphs of the eager encoder: NCHW, as eager
+                    mean, std = self._static_call("encoder", self._encode_moments, (part.contiguous(),))
+                    means.append(mean[:k])
+                    stds.append(std[:k])
+                    continue
                 part = part.contiguous(memory_format=torch.channels_last)
                 if self.encode_compile_seconds is None and self.device.type == "cuda":  # the first call compiles
                     t0 = time.perf_counter()
                     mean, std = self._compiled_encode(part)
                     torch.cuda.synchronize(self.device)
                     self.encode_compile_seconds = time.perf_counter() - t0
+                    if self.graphs:  # captured on the next call (compiled and warmed up by now)
+                        self._static_call("encoder", self._compiled_encode, (part,))
                 else:
-                    mean, std = self._compiled_encode(part)
+                    mean, std = self._static_call("encoder", self._compiled_encode, (part,))
                 means.append(mean[:k])
                 stds.append(std[:k])
         except Exception as exc:
-            if means:  # it ran compiled before: a real runtime error
+            if means or self._compiled_encode is None:  # it ran compiled before, or eager: a real runtime error
                 raise
             self._compiled_encode = None
             note = f"MuseTalk encoder compile failed ({type(exc).__name__}: {exc}"[:300] + "); eager"
@@ -316,12 +457,14 @@ class MuseTalkPipeline:
         quantised where the image is (on a GPU only the uint8 bytes are copied to the host)."""
         return _quantise(image.detach()).cpu().numpy()
 
-    def _run_compiled(self, latents: Any, audio: Any) -> Any:
-        """The compiled step in batches of the first batch's size; a shorter batch (a clip's last) is
-        padded with copies of its last row, since a new shape would be compiled again (a minute or more)."""
+    def _run_static(self, latents: Any, audio: Any) -> Any:
+        """The compiled (or graphed) step in batches of the first batch's size; a shorter batch (a clip's
+        last) is padded with copies of its last row, since a new shape would be compiled (a minute or more) or
+        captured again."""
         import torch
 
         size = self._compiled_batch = self._compiled_batch or len(latents)
+        fn = self._compiled if self._compiled is not None else self._forward
         out = []
         for s in range(0, len(latents), size):
             lat, aud = latents[s:s + size], audio[s:s + size]
@@ -329,13 +472,13 @@ class MuseTalkPipeline:
             if k < size:
                 lat = torch.cat([lat, lat[-1:].expand(size - k, *lat.shape[1:])])
                 aud = torch.cat([aud, aud[-1:].expand(size - k, *aud.shape[1:])])
-            if self.compile_seconds is None:  # the first call compiles
+            if self._compiled is not None and self.compile_seconds is None:  # the first call compiles
                 t0 = time.perf_counter()
                 res = self._compiled(lat, aud)
                 torch.cuda.synchronize(self.device)
                 self.compile_seconds = time.perf_counter() - t0
             else:
-                res = self._compiled(lat, aud)
+                res = self._static_call("step", fn, (lat, aud))[0]
             out.append(res[:k])
         return out[0] if len(out) == 1 else torch.cat(out)
 
@@ -348,20 +491,36 @@ class MuseTalkPipeline:
         call returns once it is launched: a caller can time launching and waiting apart)."""
         import torch
 
-        with torch.inference_mode():
+        with torch.inference_mode(), self._on_stream():
             latents, audio = self._inputs(latents, windows)
             if self._compiled is not None:
                 try:
-                    return self._run_compiled(latents, audio)
+                    return self._run_static(latents, audio)
                 except Exception as exc:
                     if self.compile_seconds is not None:  # it ran compiled before: a real runtime error
                         raise
                     self._compiled = None
+                    self._compiled_batch = None
                     self.compile_note = f"MuseTalk compile failed ({type(exc).__name__}: {exc}"[:300] + "); eager"
                     log.warning("[digital_human] %s", self.compile_note)
                     self._set_layout(False)
                     latents = latents.contiguous()
+            if self.graphs:
+                return self._run_static(latents, audio)
             return self._forward(latents, audio)
+
+
+_capture = _capture_cuda_graph  # GraphReplay's capture (tests replace it: the CPU has no CUDA graphs)
+
+
+def resolve_graphs(graphs: bool | None, compile: bool) -> bool:
+    """Whether a pipeline uses CUDA graphs: `graphs` when given, else DIGITAL_HUMAN_MUSETALK_GRAPHS ("1" on,
+    "0" off), else when compiling (graphs replay the compiled step; eager they need no compilation, but an
+    eager batch is mostly GPU time, not launching)."""
+    if graphs is not None:
+        return bool(graphs)
+    env = os.environ.get(GRAPHS_ENV, "").strip()
+    return env == "1" if env in ("0", "1") else bool(compile)
 
 
 # --- one pipeline per networks, seed and mode, kept for the process ------------------------------------
@@ -372,20 +531,24 @@ _PIPELINES: "weakref.WeakSet[MuseTalkPipeline]" = weakref.WeakSet()
 _PIPELINES_LOCK = threading.Lock()
 
 
-def cached_pipeline(networks: Any, seed: int = 0, compile: bool | None = None) -> MuseTalkPipeline:
-    """The process's MuseTalkPipeline of `networks`, seed and compile mode (kept with the networks).
+def cached_pipeline(networks: Any, seed: int = 0, compile: bool | None = None,
+                    graphs: bool | None = None) -> MuseTalkPipeline:
+    """The process's MuseTalkPipeline of `networks`, seed, compile and graphs mode (kept with the networks).
     Kept rather than made per request because (1) a new pipeline's compiled step is traced again by dynamo
     (its guards see a new `self`: 0.4-0.6 s per request on an H200, a third of the 1.5-s budget for a 10-s
-    clip), and (2) its reference-latent cache (SHARED_LATENTS entries) then outlives a request: callers key
-    it by content (vision.content_key), so a repeat request on the same reference video encodes nothing."""
+    clip) and its CUDA graphs captured again, and (2) its reference-latent cache (SHARED_LATENTS entries) then
+    outlives a request: callers key it by content (vision.content_key), so a repeat request on the same
+    reference video encodes nothing."""
     if compile is None:
         compile = os.environ.get(COMPILE_ENV, "").strip() == "1"
-    key = (int(seed), bool(compile))
+    graphs = resolve_graphs(graphs, bool(compile))
+    key = (int(seed), bool(compile), bool(graphs))
     with _PIPELINES_LOCK:
         kept = networks.__dict__.setdefault("_pipelines", {})
         pipe = kept.get(key)
         if pipe is None:
-            pipe = kept[key] = MuseTalkPipeline(networks, seed=seed, cache_size=SHARED_LATENTS, compile=compile)
+            pipe = kept[key] = MuseTalkPipeline(networks, seed=seed, cache_size=SHARED_LATENTS, compile=compile,
+                                                graphs=graphs)
             _PIPELINES.add(pipe)
     pipe.claim_layout()
     return pipe

@@ -291,6 +291,15 @@ class _MuseTalkRenderer:
             out = np.stack([np.asarray(crops[r], np.uint8) for r in refs])
         return out, time.perf_counter() - t0
 
+    def prefetch(self, start: int, stop: int) -> None:
+        """Start making the crops of output frames start..stop-1 on the thread pool now (the first batch's,
+        while the caller sets up the video: its paste region, the encoder), so the first render does not wait
+        for their decode and warp. Only with face-mesh masks: BiSeNet's masks read the same crop source on the
+        caller's thread, and it is not shared."""
+        if POOL_THREADS > 1 and self.parser is None and self._ahead is None and stop > start:
+            refs = [int(r) for r in self.idx[start:stop]]
+            self._ahead = (start, stop, _pool().submit(self._make_crops, refs))
+
     def _crops(self, s: int, e: int) -> np.ndarray:
         """The crops of output frames s..e-1, and the next batch's started on the thread pool: a video's
         frames are decoded when read (ffmpeg through a pipe, about a millisecond a 512x512 frame, ~0.3 s of a
@@ -336,17 +345,23 @@ class _MuseTalkRenderer:
 
             faces_in = dict(zip(misses, self._map(face, misses)))
             t1 = time.perf_counter()
-            # a key dropped from the shared cache since uncached() (another request's batch) is made here
-            latents = self.pipe.reference_latents_batch(keys, lambda k: faces_in[k] if k in faces_in else face(k),
-                                                        self.latents)
-            made = self.pipe.generate_device(latents, self.windows(s, e))
-            t_launched = time.perf_counter()
-            faces = made.cpu().numpy()  # waits for the device
+            # on the pipeline's own CUDA stream when it has one (graphs): the paste-back's and the crop warps'
+            # work on the default stream neither waits behind this batch nor holds up its copy back
+            with self.pipe.stream_scope():
+                # a key dropped from the shared cache since uncached() (another request's batch) is made here
+                latents = self.pipe.reference_latents_batch(
+                    keys, lambda k: faces_in[k] if k in faces_in else face(k), self.latents)
+                made = self.pipe.generate_device(latents, self.windows(s, e))
+                t_launched = time.perf_counter()
+                faces = made.cpu().numpy()  # waits for the device
             t2 = time.perf_counter()
             out[s - start:e - start] = crops
-            for i, (r, generated) in enumerate(zip(refs, faces)):
-                x1, y1, x2, y2 = self.box(r)
-                out[s - start + i, y1:y2, x1:x2] = resize_to_box(generated, (x1, y1, x2, y2))
+
+            def put(i: int) -> None:  # disjoint rows of `out`; OpenCV's resize releases the GIL
+                box = self.box(refs[i])
+                out[s - start + i, box[1]:box[3], box[0]:box[2]] = resize_to_box(faces[i], box)
+
+            self._map(put, list(range(len(refs))))
             t3 = time.perf_counter()
             # networks = launch + wait; the wait apart says whether the device or the launching thread is slow
             for name, dt in (("crop_face", t1 - t0), ("networks", t2 - t1), ("networks_wait", t2 - t_launched),
@@ -405,6 +420,7 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
         + reference_warnings(track, idx, n_out, fps, loop_mode)
     pipe = cached_pipeline(net, seed=seed, compile=compile)
     renderer = _MuseTalkRenderer(pipe, track, idx, windows, batch_size, should_stop, parser=parser, timings=timings)
+    renderer.prefetch(0, min(batch_size, n_out))  # the first batch's crops while the caller sets up
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,
                          render=renderer.render, mask_of=renderer.mask)
