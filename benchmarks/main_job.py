@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def baseline_models_root(tmp: Path) -> Path:
     from digital_human.paths import models_root
 
     root = tmp / "baseline_models"
-    root.mkdir()
+    root.mkdir(parents=True)
     for entry in models_root().iterdir():
         if entry.name == "cache":
             continue
@@ -70,13 +71,17 @@ def run_once(out: Path, render: str, pythonpath: Path | None = None, models: Pat
     if models is not None:
         env["DIGITAL_HUMAN_MODELS"] = str(models)
     load_before = os.getloadavg()[0]
+    used_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(main_job_command(out, render, extra), cwd=REPO.parent, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the run and its children (ffmpeg included): what a shared CPU's load changes least
+    cpu = (used.ru_utime - used_before.ru_utime) + (used.ru_stime - used_before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"main job failed ({done.returncode}):\n{done.stderr[-3000:]}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"wall_s": wall, "load_before": load_before, "report": report}
+    return {"wall_s": wall, "cpu_s": cpu, "load_before": load_before, "report": report}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--render", nargs="+", default=["headless"], choices=["headless", "nodes"])
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--baseline", type=Path, help="folder that holds an older checkout named digital_human")
+    parser.add_argument("--baseline", type=Path, nargs="+", default=[],
+                        help="folder(s), each holding an older checkout named digital_human")
     parser.add_argument("--no-idle-motion-row", action="store_true",
                         help="also time this checkout with --no-idle-motion (photos' blinks and head motion off)")
     args = parser.parse_args(argv)
@@ -96,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         checkouts: dict[str, tuple[Path | None, Path | None, tuple[str, ...]]] = {"": (None, None, ())}
         if args.no_idle_motion_row:
             checkouts["no idle motion "] = (None, None, ("--no-idle-motion",))
-        if args.baseline is not None:
-            checkouts["baseline "] = (args.baseline, baseline_models_root(Path(tmp)), ())
+        for n, folder in enumerate(args.baseline):
+            label = "baseline " if len(args.baseline) == 1 else f"baseline {folder} "
+            checkouts[label] = (folder, baseline_models_root(Path(tmp) / f"b{n}"), ())
         for label, (path, models, extra) in checkouts.items():
             warm = run_once(Path(tmp) / "warm.mp4", args.render[0], path, models, extra)
             log(f"{label}unrecorded first run (fits the voice if its cache was cold): {warm['wall_s']:.1f} s")
@@ -108,20 +115,21 @@ def main(argv: list[str] | None = None) -> int:
                     run = run_once(Path(tmp) / f"{render}_{i}.mp4", render, path, models, extra)
                     run["speech_s"] = float(run["report"]["audio_seconds"])  # the CLI's own report
                     run["rtf"] = run["wall_s"] / run["speech_s"]
-                    log(f"{label}{render} run {i + 1}: {run['wall_s']:.1f} s wall, speech {run['speech_s']:.2f} s, "
+                    log(f"{label}{render} run {i + 1}: {run['wall_s']:.1f} s wall, {run['cpu_s']:.1f} s CPU, speech {run['speech_s']:.2f} s, "
                         f"RTF {run['rtf']:.2f} (load before {run['load_before']:.2f})")
                     runs_by_row.setdefault(label + render, []).append(run)
         for row_name, runs in runs_by_row.items():
             walls = [r["wall_s"] for r in runs]
             rows[row_name] = {"runs": runs, "median_wall_s": statistics.median(walls), "min_wall_s": min(walls),
-                            "max_wall_s": max(walls), "median_rtf": statistics.median(r["rtf"] for r in runs)}
+                              "max_wall_s": max(walls), "median_rtf": statistics.median(r["rtf"] for r in runs),
+                              "median_cpu_s": statistics.median(r["cpu_s"] for r in runs)}
     print(f"nproc {os.cpu_count()}, load average at the end {os.getloadavg()}\n")
-    print("| render | speech s | wall s per run (load before) | median wall s (spread) | median RTF |")
-    print("|---|---|---|---|---|")
+    print("| render | speech s | wall s per run (load before) | median wall s (spread) | median RTF | median CPU s |")
+    print("|---|---|---|---|---|---|")
     for render, row in rows.items():
         runs = ", ".join(f"{r['wall_s']:.1f} ({r['load_before']:.2f})" for r in row["runs"])
         print(f"| {render} | {row['runs'][0]['speech_s']:.2f} | {runs} | {row['median_wall_s']:.1f} "
-              f"({row['min_wall_s']:.1f}-{row['max_wall_s']:.1f}) | {row['median_rtf']:.2f} |")
+              f"({row['min_wall_s']:.1f}-{row['max_wall_s']:.1f}) | {row['median_rtf']:.2f} | {row['median_cpu_s']:.1f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"nproc": os.cpu_count(), "text": TEXT, "rows": rows}, indent=2))
