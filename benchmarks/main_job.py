@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--baseline", type=Path, nargs="+", default=[],
                         help="folder(s), each holding an older checkout named digital_human")
+    parser.add_argument("--models-dir", type=Path,
+                        help="keep each checkout's models root (and so its fitted voice) here across invocations: "
+                             "<dir>/this and <dir>/b<n>, made on first use")
     parser.add_argument("--no-idle-motion-row", action="store_true",
                         help="also time this checkout with --no-idle-motion (photos' blinks and head motion off)")
     args = parser.parse_args(argv)
@@ -99,12 +102,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         # label -> (PYTHONPATH entry, models root, extra CLI arguments)
-        checkouts: dict[str, tuple[Path | None, Path | None, tuple[str, ...]]] = {"": (None, None, ())}
+        keep = args.models_dir
+
+        def own_models(name: str) -> Path:
+            if keep is None:
+                return baseline_models_root(Path(tmp) / name)
+            root = keep / name / "baseline_models"
+            return root if root.is_dir() else baseline_models_root(keep / name)
+
+        this_models = own_models("this") if keep is not None else None
+        checkouts: dict[str, tuple[Path | None, Path | None, tuple[str, ...]]] = {"": (None, this_models, ())}
         if args.no_idle_motion_row:
             checkouts["no idle motion "] = (None, None, ("--no-idle-motion",))
         for n, folder in enumerate(args.baseline):
             label = "baseline " if len(args.baseline) == 1 else f"baseline {folder} "
-            checkouts[label] = (folder, baseline_models_root(Path(tmp) / f"b{n}"), ())
+            checkouts[label] = (folder, own_models(f"b{n}"), ())
         for label, (path, models, extra) in checkouts.items():
             warm = run_once(Path(tmp) / "warm.mp4", args.render[0], path, models, extra)
             log(f"{label}unrecorded first run (fits the voice if its cache was cold): {warm['wall_s']:.1f} s")
