@@ -77,6 +77,14 @@ class GeneratedCrops:
     motion: FrameMotion | None = None
     # what a model says about its run for the reports (portrait: whether its mouth bank ran, on how many frames)
     notes: dict[str, Any] = field(default_factory=dict)
+    # False: render() never returns output landmarks (the reference's are used), so the headless path may make
+    # the smoothing masks before the crops arrive (MuseTalk)
+    renders_landmarks: bool = True
+    # a content key of this reference's paste masks as a function of each reference frame's content and crop
+    # transform (e.g. the video file's bytes and the mask source), or None: the headless path then keeps the
+    # paste region and the reference smoothing masks between requests under it (with the frames' transforms
+    # and landmarks added to the key); None keeps nothing
+    avatar_key: str | None = None
 
     def __len__(self) -> int:
         return len(self.idx)

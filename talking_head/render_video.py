@@ -13,10 +13,12 @@ is prepared on a thread. The frames equal the node path's to rounding (tests/tes
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,90 @@ CHUNK_BOX_BYTES = 48 * 2**20
 # with the same arguments, so the same masks.
 SMOOTH_MASK_THREADS = max(1, min(4, (os.cpu_count() or 1) - 1))
 SMOOTH_MASKS_AHEAD = 4  # chunks whose masks may be made or held ahead (each a few MB at 512 px)
+# Kept between requests for a reference that its model keys by content (GeneratedCrops.avatar_key: MuseTalk on a
+# video file, with face-mesh masks), as the avatar's track, latents and paste masks are: the paste region (0.12 s
+# of a 10-s 512x512 clip on an H200 host, every request) and the smoothing masks made from the reference's
+# landmarks (~0.1 s of CPU a 32-frame chunk, ~0.8 s a clip, on threads beside the renderer and the paste-back).
+# Keyed by the model's key + the frame size, crop size, used reference frames' crop transforms and landmarks
+# (+ the paste box and each chunk's reference frames for the masks); bounded (least recently used goes first).
+REGION_CACHE_ENTRIES = 64
+SMOOTH_MASK_CACHE_BYTES = 256 * 2**20
+_REGIONS: OrderedDict[str, tuple[slice, slice]] = OrderedDict()
+_SMOOTH: OrderedDict[str, object] = OrderedDict()  # key -> torch float32 CPU tensor [k, bh, bw]
+_SMOOTH_BYTES = [0]
+_CACHE_LOCK = threading.Lock()
+
+
+def clear_video_caches() -> None:
+    """Forget the paste regions and smoothing masks kept between requests."""
+    with _CACHE_LOCK:
+        _REGIONS.clear()
+        _SMOOTH.clear()
+        _SMOOTH_BYTES[0] = 0
+
+
+def _digest(*parts) -> str:
+    h = hashlib.blake2b(digest_size=20)
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            a = np.ascontiguousarray(part)
+            h.update(repr((a.dtype.str, a.shape)).encode())
+            h.update(a.data)
+        else:
+            h.update(repr(part).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def video_key(gen: GeneratedCrops) -> str | None:
+    """The key of `gen`'s paste region and reference smoothing masks (None: its model keys nothing, so nothing
+    is kept): everything they are made from besides the model's masks, which its avatar_key stands for."""
+    base = getattr(gen, "avatar_key", None)
+    if base is None:
+        return None
+    track = gen.track
+    refs = np.unique(np.asarray(gen.idx, np.int64))
+    return _digest(str(base), tuple(int(v) for v in track.frames.shape[1:3]), int(track.crop_size), refs,
+                   np.asarray(track.affines[refs], np.float64), np.asarray(track.landmarks[refs], np.float32))
+
+
+def _kept_region(key: str | None, gen: GeneratedCrops) -> tuple[slice, slice]:
+    if key is None:
+        return paste_region(gen)
+    with _CACHE_LOCK:
+        hit = _REGIONS.get(key)
+        if hit is not None:
+            _REGIONS.move_to_end(key)
+            return hit
+    region = paste_region(gen)
+    with _CACHE_LOCK:
+        _REGIONS[key] = region
+        while len(_REGIONS) > REGION_CACHE_ENTRIES:
+            _REGIONS.popitem(last=False)
+    return region
+
+
+def _kept_smooth_masks(key: str):
+    with _CACHE_LOCK:
+        hit = _SMOOTH.get(key)
+        if hit is not None:
+            _SMOOTH.move_to_end(key)
+        return hit
+
+
+def _keep_smooth_masks(key: str, masks) -> None:
+    size = masks.numel() * masks.element_size()
+    if size > SMOOTH_MASK_CACHE_BYTES:
+        return
+    with _CACHE_LOCK:
+        old = _SMOOTH.pop(key, None)
+        if old is not None:
+            _SMOOTH_BYTES[0] -= old.numel() * old.element_size()
+        _SMOOTH[key] = masks
+        _SMOOTH_BYTES[0] += size
+        while _SMOOTH_BYTES[0] > SMOOTH_MASK_CACHE_BYTES and _SMOOTH:
+            gone = _SMOOTH.popitem(last=False)[1]
+            _SMOOTH_BYTES[0] -= gone.numel() * gone.element_size()
 
 
 @dataclass
@@ -120,8 +206,11 @@ def paste_region(gen: GeneratedCrops, batch: int = 256) -> tuple[slice, slice]:
     rows, cols = slice(0, 0), slice(0, 0)
     for start in range(0, len(refs), batch):
         part = refs[start:start + batch]
-        masks = np.stack([gen.mask(int(r)) for r in part]).astype(np.float32)
-        rows, cols = _union((rows, cols), paste_footprint(gen.track.affines[part], masks, height, width))
+        affines = gen.track.affines[part]
+        # one frame at a time: the same union of footprints without stacking (and copying) a batch of masks
+        for j, r in enumerate(part):
+            mask = np.asarray(gen.mask(int(r)), np.float32)
+            rows, cols = _union((rows, cols), paste_footprint(affines[j:j + 1], mask, height, width))
     return rows, cols
 
 
@@ -162,7 +251,8 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
     if n == 0:
         raise ValueError("no frames to render: the generated crops are empty")
     chunk_frames = max(1, int(chunk_frames))
-    rows, cols = paste_region(gen)
+    key = video_key(gen)
+    rows, cols = _kept_region(key, gen)
     height, width = track.frames.shape[1:3]
     heads: dict[int, np.ndarray] = {}  # output frame -> its warped head box (uint8), until composed
     if gen.motion is not None:
@@ -207,11 +297,17 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         mask_pool = ThreadPoolExecutor(max_workers=SMOOTH_MASK_THREADS, thread_name_prefix="dh-smooth-masks")
     mask_jobs: dict = {}  # (start, landmarks given) -> future of _smooth_masks
 
+    def mask_key(start: int, stop: int) -> str | None:
+        """The kept-masks key of chunk start..stop's smoothing masks from the reference landmarks."""
+        if key is None:
+            return None
+        return _digest(key, (rows.start, rows.stop, cols.start, cols.stop), idx[start:stop])
+
     def smooth_masks_ahead(start: int, landmarks) -> None:
         """Start this chunk's smoothing masks on the pool; when they come from the reference landmarks (the
         model returned none with this chunk), the next chunks' too (they do not depend on the crops; a later
-        chunk that brings landmarks after all has its own made then). One free core or fewer: no pool, the
-        masks are made where they are used, as before."""
+        chunk that brings landmarks after all has its own made then). Kept masks are not made again. One free
+        core or fewer: no pool, the masks are made where they are used, as before."""
         if mask_pool is None:
             return
         if landmarks is not None:
@@ -219,15 +315,31 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
                                                         landmarks, rows, cols)
             return
         for s in range(start, min(n, start + SMOOTH_MASKS_AHEAD * chunk_frames), chunk_frames):
-            if (s, False) not in mask_jobs:
-                mask_jobs[(s, False)] = mask_pool.submit(_smooth_masks, gen, s, min(s + chunk_frames, n), None,
-                                                         rows, cols)
+            e = min(s + chunk_frames, n)
+            if (s, False) not in mask_jobs and not (key is not None and _kept_smooth_masks(mask_key(s, e))
+                                                    is not None):
+                mask_jobs[(s, False)] = mask_pool.submit(_smooth_masks, gen, s, e, None, rows, cols)
 
-    def smooth_masks_of(start: int, stop: int, landmarks) -> np.ndarray:
+    def smooth_masks_of(start: int, stop: int, landmarks):
+        """torch float32 CPU [k, bh, bw]: chunk start..stop's smoothing masks (kept ones for the reference's
+        landmarks when the model keys its reference by content)."""
+        mkey = mask_key(start, stop) if landmarks is None else None
+        if mkey is not None:
+            hit = _kept_smooth_masks(mkey)
+            if hit is not None:
+                mask_jobs.pop((start, False), None)
+                return hit if dev.type != "cpu" else hit.clone()  # never shared with an in-place user
         job = mask_jobs.pop((start, landmarks is not None), None)
-        if job is not None:
-            return job.result()
-        return _smooth_masks(gen, start, stop, landmarks, rows, cols)
+        out = torch.from_numpy(job.result() if job is not None else
+                               _smooth_masks(gen, start, stop, landmarks, rows, cols))
+        if mkey is not None:
+            _keep_smooth_masks(mkey, out if dev.type != "cpu" else out.clone())
+        return out
+
+    if mask_pool is not None and (not gen.renders_landmarks if gen.streaming else gen.landmarks is None):
+        # the model returns no output landmarks: the first chunks' masks start now, beside the first render,
+        # not when its crops arrive
+        smooth_masks_ahead(0, None)
 
     def pasted_chunks():
         """(start, stop, boxes float 0..1 [k, bh, bw, 3], smoothing masks or None) per chunk."""
@@ -252,7 +364,7 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
                     pasted = torch.from_numpy(np.ascontiguousarray(head[inner])).to(dev).float()
                 smooth_mask = None
                 if smoothing:
-                    smooth_mask = torch.from_numpy(smooth_masks_of(start, stop, landmarks)).to(dev)
+                    smooth_mask = smooth_masks_of(start, stop, landmarks).to(dev)
                 yield start, stop, torch.div(pasted, 255.0), smooth_mask  # as uint8_to_image divides
         finally:  # stopped early (error, interruption): stop the model's thread too
             made.close()

@@ -14,7 +14,8 @@ region comes from one of two sources (`mask`), said in the warnings:
 
 Kept between requests ("avatar preparation", as MuseTalk's real-time mode prepares a reference video once):
 for a reference video read from a file, the face track (vision.track), each reference frame's latents (the
-process's kept pipeline) and its face-mesh paste mask, all under content keys (vision.content_key: the file's
+process's kept pipeline) and its face-mesh paste mask, and on the headless path the paste region and the
+smoothing masks (render_video, under GeneratedCrops.avatar_key), all under content keys (vision.content_key: the file's
 bytes, the frame, its crop transform and landmarks), so a repeat request on the same video tracks, encodes and
 masks nothing and gives the same crops. clear_avatar_caches() forgets them.
 """
@@ -131,9 +132,11 @@ def clear_avatar_caches() -> None:
     masks (benchmarks measure a first request after this)."""
     from ...engines.musetalk.pipeline import clear_latent_caches
     from ...vision.track import clear_track_cache
+    from ..render_video import clear_video_caches
 
     clear_track_cache()
     clear_latent_caches()
+    clear_video_caches()
     with _MASKS_LOCK:
         _MASKS.clear()
         _MASKS_BYTES[0] = 0
@@ -194,6 +197,14 @@ class _MuseTalkRenderer:
                                 np.asarray(self.track.landmarks[r], np.float32), np.array([self.size]))
             self._ref_keys[r] = hit
         return hit
+
+    def avatar_key(self) -> str | None:
+        """GeneratedCrops.avatar_key: face-mesh masks of a content-keyed video are a function of each frame's
+        ref_key (the headless path then keeps the paste region and smoothing masks); BiSeNet's, or frames in
+        memory, are not kept."""
+        if self.parser is not None or self._video_key is None:
+            return None
+        return f"musetalk:mesh:{MASK_JAW_MARGIN}:{EXTRA_MARGIN}:{self._video_key}"
 
     def box(self, r: int) -> tuple[int, int, int, int]:
         hit = self._boxes.get(r)
@@ -423,7 +434,8 @@ def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None
     renderer.prefetch(0, min(batch_size, n_out))  # the first batch's crops while the caller sets up
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,
-                         render=renderer.render, mask_of=renderer.mask)
+                         render=renderer.render, mask_of=renderer.mask, renders_landmarks=False,
+                         avatar_key=renderer.avatar_key())
     return gen.finished(streaming, progress, should_stop, batch=max(batch_size, 16))
 
 
