@@ -100,18 +100,25 @@ class StreamingSmoother:
 
     # --- stream -----------------------------------------------------------------------------
     def push(self, boxes, masks=None) -> list[tuple[int, object]]:
+        if self.threshold > 0 and len(boxes):
+            self._find_cuts(boxes)
         for i in range(len(boxes)):
-            t = self._seen
-            box = boxes[i]
             mask = None if masks is None else (masks if masks.dim() == 2 else masks[i])
-            if self.threshold > 0:
-                grid = box[::4, ::4].float()
-                if self._prev_grid is not None and float((grid - self._prev_grid).abs().mean()) > self.threshold:
-                    self.cuts.add(t)
-                self._prev_grid = grid
-            self._inputs[t] = (box, mask)
+            self._inputs[self._seen] = (boxes[i], mask)
             self._seen += 1
         return self._advance(final=False)
+
+    def _find_cuts(self, boxes) -> None:
+        """Scene cuts among the pushed frames (mean change of a strided grid against the frame before),
+        read back to the host once per push: on a GPU a read per frame would wait for the queue each time."""
+        import torch
+
+        grids = boxes[:, ::4, ::4].float()
+        before = grids[:-1] if self._prev_grid is None else torch.cat([self._prev_grid[None], grids[:-1]])
+        changes = (grids[len(grids) - len(before):] - before).abs().mean(dim=(1, 2, 3)).tolist()
+        first = self._seen + len(grids) - len(before)  # the frame index of changes[0]
+        self.cuts.update(first + j for j, c in enumerate(changes) if c > self.threshold)
+        self._prev_grid = grids[-1]
 
     def flush(self) -> list[tuple[int, object]]:
         return self._advance(final=True)

@@ -33,3 +33,16 @@ def test_streamed_equals_whole_clip(method: str, chunk: int):
     outside = mask == 0
     assert np.array_equal(streamed[:, outside], frames[:, outside])  # outside the mask: the input, exactly
     assert np.abs(streamed - frames).max() > 1e-3  # it did filter
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 70])
+def test_scene_cuts_found_as_the_whole_clip_finds_them(chunk: int):
+    from digital_human.media.smoothing import detect_scene_cuts
+
+    frames, mask = _clip()
+    frames[30:] = np.clip(1.0 - frames[30:], 0, 1)  # a cut at 30
+    frames[52:] = np.roll(frames[52:], 9, axis=2)   # and one at 52
+    smoother = StreamingSmoother("one_euro", 0.5, 25.0, noise_level=0.01)
+    for i in range(0, len(frames), chunk):
+        smoother.push(torch.from_numpy(frames[i:i + chunk]), torch.from_numpy(mask))
+    assert sorted(smoother.cuts) == detect_scene_cuts(frames) == [30, 52]
