@@ -9,7 +9,10 @@ bypassed (nothing read from or written to it, as on a first use): prepare the cl
 speaker profile (GE2E + pitch) and fit the voice with the default settings. The bundled voices'
 probe pitch is cached by `digital-human setup` (voice/clone.py); the first repeat of a run where
 that cache is missing also measures it, which the report shows. Reports the median of the repeats,
-the load average (the CPU is shared) and the number of syntheses.
+the load average (the CPU is shared), the process CPU time and the number of syntheses, and (JSON)
+what was fitted. DIGITAL_HUMAN_FIT_WORKERS=1 gives the sequential fit (voice/parallel.py); the fit's
+own single-thread sessions are opened by the first fit of the process, so the first repeat pays
+for that (~2 s) as a user's first fit does.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ def fit_once(path: Path, seconds: float | None) -> dict:
 
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
+    cpu_start = time.process_time()
     wave, rate = decode_audio(path, max_seconds=seconds)
     prepared = prepare_reference(wave, rate, source=path.name)
     t_prepare = time.perf_counter() - start
@@ -57,7 +61,22 @@ def fit_once(path: Path, seconds: float | None) -> dict:
     return {"seconds": total, "prepare_s": t_prepare, "profile_s": t_profile, "fit_s": total - t_prepare - t_profile,
             "speech_s": prepared.speech_seconds, "syntheses": result.evaluations,
             "probe_pitch_uncached_voices": pitch_uncached, "progress_calls": len(steps),
-            "base_voice": result.base_voice, "load_before": load_before, "load_after": os.getloadavg()[0]}
+            "base_voice": result.base_voice, "load_before": load_before, "load_after": os.getloadavg()[0],
+            "cpu_s": time.process_time() - cpu_start, "fit_workers": _fit_workers(),
+            # what was fitted, to check that two versions (or worker counts) fit the same voice
+            "similarity": float(result.similarity), "base_similarity": float(result.base_similarity),
+            "f0_scale": float(result.f0_scale), "formant_scale": float(result.formant_scale),
+            "voice_scores": {k: float(v) for k, v in result.voice_scores.items()},
+            "history": [float(v) for v in result.history],
+            "timbre_offset_norm": float((result.timbre_offset.astype("float64") ** 2).sum() ** 0.5)}
+
+
+def _fit_workers() -> int:
+    try:
+        from digital_human.voice.parallel import fit_workers
+    except ImportError:  # a version before voice/parallel.py: the sequential fit
+        return 1
+    return fit_workers()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,29 +85,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clips", nargs="+", default=DEFAULT_CLIPS, help="NAME or NAME:SECONDS")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--workers", type=int, nargs="+", default=[],
+                        help="fit with each of these worker counts (DIGITAL_HUMAN_FIT_WORKERS) in every repeat, "
+                             "alternating which goes first: old (1 = sequential) vs new interleaved on a shared CPU")
     args = parser.parse_args(argv)
     from digital_human.voice.tts import synthesize_speech
 
     synthesize_speech("Warm up.")  # model load is not part of a fit (the node loads it once per process)
     rows = []
+    variants = args.workers or [None]
     for spec in args.clips:
         name, _, secs = spec.partition(":")
         path = clip_path(args.data, name)
-        runs = []
+        runs: dict = {w: [] for w in variants}
         for i in range(args.repeats):
-            run = fit_once(path, float(secs) if secs else None)
-            log(f"{spec} run {i + 1}: {run['seconds']:.1f} s ({run['syntheses']} syntheses, load "
-                f"{run['load_before']:.1f} -> {run['load_after']:.1f})")
-            runs.append(run)
-        rows.append({"clip": spec, "runs": runs, "median_s": statistics.median(r["seconds"] for r in runs)})
+            for w in (variants if i % 2 == 0 else variants[::-1]):
+                if w is not None:
+                    os.environ["DIGITAL_HUMAN_FIT_WORKERS"] = str(w)
+                run = fit_once(path, float(secs) if secs else None)
+                log(f"{spec} run {i + 1}{'' if w is None else f' workers {w}'}: {run['seconds']:.1f} s "
+                    f"(cpu {run['cpu_s']:.1f} s, {run['syntheses']} syntheses, load {run['load_before']:.1f} -> "
+                    f"{run['load_after']:.1f})")
+                runs[w].append(run)
+        for w, rs in runs.items():
+            rows.append({"clip": spec, "workers": rs[0]["fit_workers"], "runs": rs,
+                         "median_s": statistics.median(r["seconds"] for r in rs),
+                         "median_cpu_s": statistics.median(r["cpu_s"] for r in rs)})
     print(f"nproc {os.cpu_count()}, load average at the end {os.getloadavg()}\n")
-    print("| clip | speech s | base voice | syntheses | fit s per run (load 1-min avg before) | median s |")
-    print("|---|---|---|---|---|---|")
+    print("| clip | workers | speech s | base voice | syntheses | fit s per run (load 1-min avg before) | median s "
+          "| median CPU s |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         r0 = row["runs"][0]
         runs = ", ".join(f"{r['seconds']:.0f} ({r['load_before']:.1f})" for r in row["runs"])
-        print(f"| {row['clip']} | {r0['speech_s']:.1f} | {r0['base_voice']} | {r0['syntheses']} | {runs} | "
-              f"{row['median_s']:.0f} |")
+        print(f"| {row['clip']} | {row['workers']} | {r0['speech_s']:.1f} | {r0['base_voice']} | {r0['syntheses']} | "
+              f"{runs} | {row['median_s']:.0f} | {row['median_cpu_s']:.0f} |")
     if args.json:
         args.json.write_text(json.dumps({"nproc": os.cpu_count(), "rows": rows}, indent=2))
     return 0

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from digital_human.voice import clone
+from digital_human.voice import clone, parallel
 from digital_human.voice import spectral_match as sm
 
 SR = 24000
@@ -15,6 +15,8 @@ def _scorer(spectra, similarity):
     rng = np.random.default_rng(0)
     wave = (rng.standard_normal(2 * SR) * 0.1).astype(np.float32)
     scorer.speech = lambda pack, f0, formant=1.0: wave
+    scorer.speech_many = lambda candidates: [wave for _ in candidates]
+    scorer.pool = parallel.WorkerPool(1)
     scorer.similarity = similarity
     return scorer, wave
 

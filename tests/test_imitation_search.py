@@ -117,3 +117,72 @@ def test_without_fitted_voice_drops_the_fit_but_keeps_the_bundled_scores():
     plain = without_fitted_voice(profile)
     assert set(plain.extras) == {tts.KEY_SCORES, "pitch_track"}
     assert tts.KEY_BASE_VOICE in profile.extras  # the input profile is left as it was
+
+
+class _BatchScorer:
+    """A scorer with score_many that scores each batch on threads, in reverse order: the search must
+    not care in which order (or on which thread) the scores of a batch were computed."""
+
+    def __init__(self, score):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.score, self.batches = score, []
+        self.pool = ThreadPoolExecutor(3)
+
+    def __call__(self, pack, f0, formant):
+        self.batches.append(1)
+        return self.score(pack, f0, formant)
+
+    def score_many(self, candidates):
+        self.batches.append(len(candidates))
+        futures = [self.pool.submit(self.score, *c) for c in reversed(candidates)]
+        return [f.result() for f in futures][::-1]
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3, 4, 5, 7, 9, 16, 24])
+@pytest.mark.parametrize("pitch", [None, "one", "three"])
+def test_batched_scorer_evaluates_the_same_candidates_and_fits_the_same_voice(budget, pitch):
+    rng = np.random.default_rng(5)
+    voices = _voices(rng)
+    spread, low, high = timbre_statistics(voices)
+    target = (low + high) / 2 + 0.3 * spread
+
+    def score(pack, f0, formant):
+        timbre = pack.reshape(-1, 256)[:, :128].mean(axis=0)
+        return float(-np.linalg.norm((timbre - target) / spread) - 3 * abs(np.log(f0 / 1.1))
+                     - 3 * abs(np.log(formant / 1.08)))
+
+    match = {None: None, "one": {"v0": 1.3, "v1": 0.4, "v2": 0.4, "v3": 2.5, "v4": 2.5},  # one voice: a lone eval
+             "three": {"v0": 1.1, "v1": 0.9, "v2": 1.2, "v3": 2.5, "v4": 2.5}}[pitch]
+    seen_plain, seen_batched = [], []
+
+    def recording(seen):
+        def run(pack, f0, formant):
+            seen.append((pack.tobytes(), f0, formant))
+            return score(pack, f0, formant)
+        return run
+
+    plain = imitate(voices, recording(seen_plain), budget=budget, seed=3, pitch_match=match)
+    batched_scorer = _BatchScorer(recording(seen_batched))
+    batched = imitate(voices, batched_scorer, budget=budget, seed=3, pitch_match=match)
+    # the same candidates, as a set (a batch is scored in any order) and in count
+    assert sorted(seen_plain) == sorted(seen_batched) and len(seen_plain) == plain.evaluations
+    assert any(n > 1 for n in batched_scorer.batches) or budget < 3  # batches were handed over
+    assert batched.base_voice == plain.base_voice and batched.evaluations == plain.evaluations
+    assert batched.f0_scale == plain.f0_scale and batched.formant_scale == plain.formant_scale
+    assert np.array_equal(batched.timbre_offset, plain.timbre_offset)
+    assert batched.similarity == plain.similarity and batched.history == plain.history
+    assert batched.voice_scores == plain.voice_scores
+
+
+def test_worker_pool_keeps_order_and_runs_inline_for_one_worker():
+    import threading
+
+    from digital_human.voice.parallel import WorkerPool
+
+    with WorkerPool(2) as pool:
+        names = pool.map(lambda i: (i * i, threading.current_thread().name), range(20))
+    assert [v for v, _ in names] == [i * i for i in range(20)]
+    with WorkerPool(1) as pool:
+        assert {n for _, n in pool.map(lambda i: (i, threading.current_thread().name), range(5))} == {
+            threading.current_thread().name}

@@ -66,6 +66,9 @@ EQ_DOMAINS = ("power", "log")
 EQ_STRENGTHS = (1.0, 1.25, 1.5)
 
 
+Candidate = tuple  # (voice pack, f0 scale, formant scale)
+
+
 class ProbeScorer:
     """(voice pack, f0 scale, formant scale) -> GE2E cosine of the probe sentence spoken that way to the target.
 
@@ -73,10 +76,20 @@ class ProbeScorer:
     (EQ_DOMAINS x EQ_STRENGTHS) fitted to its own probe speech, and that EQ is remembered (`eq`).
     Remembers the speech of the last syntheses so measuring a voice's pitch and scoring it share
     one synthesis.
+
+    workers > 1 (default: parallel.fit_workers(), on an ONNX Runtime CPU backend only): the Kokoro
+    calls of a candidate's probe chunks, and of the candidates of one `score_many` batch, run side
+    by side on single-thread sessions, and the candidates of a batch are scored side by side (a
+    lone candidate's EQ variants instead). Every piece is a pure function of its inputs and the
+    results are read back in order, so the scores are those of the sequential scorer (up to float
+    noise between ONNX Runtime thread counts). Call close() (or use `with`) to stop the threads.
     """
 
     def __init__(self, target: np.ndarray, probe_text: str, backend: str, precision: str,
-                 reference_ltas: np.ndarray | dict[str, np.ndarray] | None = None) -> None:
+                 reference_ltas: np.ndarray | dict[str, np.ndarray] | None = None,
+                 workers: int | None = None) -> None:
+        from . import parallel
+
         self.target = target
         # domain -> reference spectrum; a bare array is the power LTAS (v3 profiles)
         if reference_ltas is not None and not isinstance(reference_ltas, dict):
@@ -84,9 +97,28 @@ class ProbeScorer:
         self.reference_ltas: dict[str, np.ndarray] = dict(reference_ltas or {})
         self.probe_text = probe_text
         self.backend, self.precision = backend, precision
-        self.embed = se.default_run_fn(backend=backend, precision=precision)
+        workers = parallel.fit_workers() if workers is None else max(1, int(workers))
+        self.runner = parallel.kokoro_runner(backend, precision, workers)
+        if self.runner is None:
+            workers = 1
+        self.embed = (parallel.ge2e_run_fn(backend, precision, workers)
+                      or se.default_run_fn(backend=backend, precision=precision))
+        self.pool = parallel.WorkerPool(workers)
         self._speech: dict[tuple, np.ndarray] = {}
         self._eq: dict[tuple, tuple[float, np.ndarray | None]] = {}
+
+    @property
+    def workers(self) -> int:
+        return self.pool.workers
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> ProbeScorer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     @staticmethod
     def _key(pack: np.ndarray, f0: float, formant: float) -> tuple:
@@ -96,14 +128,28 @@ class ProbeScorer:
                 round(float(formant), 5))
 
     def speech(self, pack: np.ndarray, f0: float, formant: float = 1.0) -> np.ndarray:
-        key = self._key(pack, f0, formant)
-        if key not in self._speech:
-            if len(self._speech) > 32:
+        return self.speech_many([(pack, f0, formant)])[0]
+
+    def speech_many(self, candidates: list[Candidate]) -> list[np.ndarray]:
+        """The probe spoken by each candidate; the uncached ones are synthesized together (their
+        chunks spread over the workers)."""
+        from .tts import VoiceChoice, synthesize_voices
+
+        keys = [self._key(*c) for c in candidates]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._speech))
+        if missing:
+            first = {k: c for k, c in zip(keys, candidates)}
+            voices = [VoiceChoice(np.asarray(first[k][0], np.float32), float(first[k][1]), "custom", None,
+                                  float(first[k][2])) for k in missing]
+            waves = [r.waveform for r in synthesize_voices(
+                self.probe_text, voices, backend=self.backend, precision=self.precision, runner=self.runner,
+                map_fn=self.pool.map if self.workers > 1 else None)]
+            if len(self._speech) + len(missing) > 32:
                 self._speech.clear()
-            self._speech[key] = synthesize_speech(self.probe_text, voice_pack=pack, f0_scale=f0,
-                                                  formant_scale=formant, backend=self.backend,
-                                                  precision=self.precision).waveform
-        return self._speech[key]
+            fresh = dict(zip(missing, waves))
+            self._speech.update(fresh)
+            return [fresh[k] if k in fresh else self._speech[k] for k in keys]
+        return [self._speech[k] for k in keys]
 
     def similarity(self, wave: np.ndarray) -> float:
         import librosa
@@ -121,13 +167,30 @@ class ProbeScorer:
                 curves.extend((gains * k).astype(np.float32) for k in EQ_STRENGTHS)
         return curves
 
+    def _score_wave(self, wave: np.ndarray, map_fn=None) -> tuple[float, np.ndarray | None]:
+        """(best similarity, its EQ gains or None) of one candidate's probe speech."""
+        curves = self.eq_variants(wave)
+        if not curves:
+            return self.similarity(wave), None
+        values = (map_fn or (lambda fn, items: [fn(i) for i in items]))(
+            lambda g: self.similarity(sm.apply_eq(wave, SAMPLE_RATE, g)), curves)
+        return max(zip(values, curves), key=lambda item: item[0])  # the first best, as the sequential max
+
+    def _scored_many(self, candidates: list[Candidate]) -> list[tuple[float, np.ndarray | None]]:
+        keys = [self._key(*c) for c in candidates]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._eq))
+        if missing:
+            first = {k: c for k, c in zip(keys, candidates)}
+            waves = self.speech_many([first[k] for k in missing])
+            if len(missing) == 1:  # one candidate: its EQ variants side by side
+                scored = [self._score_wave(waves[0], self.pool.map)]
+            else:  # several: the candidates side by side, each scoring its variants in turn
+                scored = self.pool.map(self._score_wave, waves)
+            self._eq.update(zip(missing, scored))
+        return [self._eq[k] for k in keys]
+
     def _scored(self, pack: np.ndarray, f0: float, formant: float) -> tuple[float, np.ndarray | None]:
-        key = self._key(pack, f0, formant)
-        if key not in self._eq:
-            wave = self.speech(pack, f0, formant)
-            results = [(self.similarity(sm.apply_eq(wave, SAMPLE_RATE, g)), g) for g in self.eq_variants(wave)]
-            self._eq[key] = max(results, key=lambda item: item[0]) if results else (self.similarity(wave), None)
-        return self._eq[key]
+        return self._scored_many([(pack, f0, formant)])[0]
 
     def eq(self, pack: np.ndarray, f0: float, formant: float = 1.0) -> np.ndarray | None:
         """The best EQ gains (dB per band) for this voice, None without reference spectra."""
@@ -135,6 +198,10 @@ class ProbeScorer:
 
     def __call__(self, pack: np.ndarray, f0: float, formant: float = 1.0) -> float:
         return self._scored(pack, f0, formant)[0]
+
+    def score_many(self, candidates: list[Candidate]) -> list[float]:
+        """Scores of several candidates, as [self(*c) for c in candidates] but side by side."""
+        return [value for value, _ in self._scored_many(list(candidates))]
 
 
 def median_pitch(wave: np.ndarray, sample_rate: int = SAMPLE_RATE) -> float:
@@ -277,7 +344,13 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: in
     """
     lang = probe_language(speaker, language)
     spectra = reference_spectra(reference, speaker.extras)
-    scorer = ProbeScorer(speaker.embedding, PROBES[lang], backend, precision, reference_ltas=spectra)
+    with ProbeScorer(speaker.embedding, PROBES[lang], backend, precision, reference_ltas=spectra) as scorer:
+        return _fit(speaker, scorer, spectra, lang, budget, seed, backend, precision, progress)
+
+
+def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.ndarray], lang: str, budget: int,
+         seed: int, backend: str, precision: str,
+         progress: Callable[[int, int], None] | None) -> tuple[SpeakerProfile, ImitationResult]:
     voices = bundled_voices()
     target_pitch = float(speaker.pitch_hz_median)
     has_target = np.isfinite(target_pitch) and target_pitch > 0
@@ -293,6 +366,10 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: in
 
     pitch_match = None
     if has_target:
+        if n_pitch > 1:  # the voices whose probe pitch is not cached yet are spoken together
+            cached = _load_probe_pitches()
+            scorer.speech_many([(pack, 1.0, 1.0) for pack in voices.values()
+                                if _probe_pitch_key(pack, scorer.probe_text, backend, precision) not in cached])
         voice_pitch = bundled_voice_pitches(voices, scorer.probe_text, backend, precision,
                                             speak=lambda pack: scorer.speech(pack, 1.0),
                                             progress=lambda: report(done + 1))

@@ -19,7 +19,11 @@ before the vocoder, which shifts pitch cleanly. So this search:
    and the pitch held near the speaker's; it stops early when PATIENCE generations bring nothing.
 
 The scorer is a callable (voice pack, f0 scale, formant scale) -> similarity, so the search is
-independent of which backend synthesizes and embeds.
+independent of which backend synthesizes and embeds. A scorer may also offer score_many(candidates)
+-> similarities; the search then hands it every group of candidates whose choice does not depend on
+each other's scores (the bundled voices, the two first formant steps, the blends, an ES generation)
+and reads the scores back in order, so a parallel scorer (clone.ProbeScorer on a CPU) evaluates the
+same candidates and the search picks the same voice as with one score call at a time.
 """
 from __future__ import annotations
 
@@ -58,6 +62,18 @@ PATIENCE = 3
 DEFAULT_BUDGET = 16
 
 Scorer = Callable[[np.ndarray, float, float], float]  # (voice pack, f0 scale, formant scale) -> similarity
+Candidate = tuple[np.ndarray, float, float]  # (voice pack, f0 scale, formant scale)
+
+
+def score_batch(score: Scorer, candidates: list[Candidate]) -> list[float]:
+    """[score(*c) for c in candidates], through score.score_many when the scorer has it."""
+    many = getattr(score, "score_many", None)
+    if many is not None and len(candidates) > 1:
+        values = list(many(candidates))
+        if len(values) != len(candidates):
+            raise ValueError(f"score_many returned {len(values)} scores for {len(candidates)} candidates")
+        return [float(v) for v in values]
+    return [float(score(*c)) for c in candidates]
 
 
 @dataclass
@@ -132,15 +148,16 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
         candidates, centre = list(voices), {n: 1.0 for n in voices}
     total = max(budget, len(candidates))
 
-    def evaluate(pack: np.ndarray, f0: float, formant: float = 1.0) -> float:
+    def evaluate_many(batch: list[Candidate]) -> list[float]:
         nonlocal calls
-        calls += 1
-        value = float(score(pack, f0, formant))
-        if progress:
-            progress(min(calls, total), total)
-        return value
+        values = score_batch(score, batch)
+        for _ in values:
+            calls += 1
+            if progress:
+                progress(min(calls, total), total)
+        return values
 
-    voice_scores = {name: evaluate(voices[name], centre[name]) for name in candidates}
+    voice_scores = dict(zip(candidates, evaluate_many([(voices[n], centre[n], 1.0) for n in candidates])))
     ranked = sorted(candidates, key=voice_scores.get, reverse=True)
     base_name = ranked[0]
     base = np.asarray(voices[base_name], np.float32)
@@ -152,8 +169,9 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
     history = [best]
     best_formant = 1.0
     if search_formant:
-        best, best_formant = _formant_line_search(lambda formant: evaluate(base, best_f0, formant),
-                                                  best, lambda: budget - calls, history)
+        best, best_formant = _formant_line_search(
+            lambda formants: evaluate_many([(base, best_f0, f) for f in formants]), best, lambda: budget - calls,
+            history)
 
     base_timbre = _timbre(base)
     spread, low, high = timbre_statistics(voices)
@@ -161,11 +179,10 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
     lo_bound, hi_bound = (low - 0.25 * spread) - base_timbre, (high + 0.25 * spread) - base_timbre
 
     best_offset = np.zeros(128, np.float32)
-    for other in ranked[1:3]:  # blends towards the runners-up: cheap, stay on the voice manifold
-        if calls >= budget:
-            break
-        offset = 0.5 * (_timbre(voices[other]) - base_timbre)
-        value = evaluate(apply_offset(base, offset), best_f0, best_formant)
+    # blends towards the runners-up: cheap, stay on the voice manifold
+    blends = [0.5 * (_timbre(voices[other]) - base_timbre) for other in ranked[1:3]][:max(0, budget - calls)]
+    for offset, value in zip(blends, evaluate_many([(apply_offset(base, o), best_f0, best_formant)
+                                                    for o in blends])):
         if value > best:
             best, best_offset = value, offset.astype(np.float32)
         history.append(best)
@@ -174,14 +191,15 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
     formant_step = FORMANT_STEP if search_formant else 0.0
     stalled = 0
     while calls + 1 <= budget and stalled < patience:
-        children = []
+        brood = []  # drawn before any is scored: the scores never steer the draws within a generation
         for _ in range(min(population, budget - calls)):
             step = rng.standard_normal(128).astype(np.float32) * spread * sigma
             child = np.clip(best_offset + step, lo_bound, hi_bound).astype(np.float32)
             child_f0 = float(np.clip(best_f0 * float(np.exp(rng.standard_normal() * F0_STEP * sigma)), f0_lo, f0_hi))
             child_formant = clip_formant(best_formant * float(np.exp(rng.standard_normal() * formant_step * sigma)))
-            children.append((evaluate(apply_offset(base, child), child_f0, child_formant), child, child_f0,
-                              child_formant))
+            brood.append((child, child_f0, child_formant))
+        values = evaluate_many([(apply_offset(base, c), f0, fm) for c, f0, fm in brood])
+        children = [(v, c, f0, fm) for v, (c, f0, fm) in zip(values, brood)]
         value, child, child_f0, child_formant = max(children, key=lambda item: item[0])
         if value > best:
             best, best_offset, best_f0, best_formant = value, child, child_f0, child_formant
@@ -199,25 +217,26 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
                            evaluations=calls, history=history, formant_scale=best_formant)
 
 
-def _formant_line_search(score_at: Callable[[float], float], best: float, calls_left: Callable[[], int],
-                         history: list[float]) -> tuple[float, float]:
-    """(best score, formant scale): one step down and up from 1, then further along the winner.
+def _formant_line_search(score_at: Callable[[list[float]], list[float]], best: float,
+                         calls_left: Callable[[], int], history: list[float]) -> tuple[float, float]:
+    """(best score, formant scale): one step down and up from 1 (scored together), then further along
+    the winner. score_at(formant scales) -> their scores.
 
     A line search before the ES because the formant scale moves the score more per step than any
     single timbre dim, and the ES's random steps in 130 dims rarely isolate it.
     """
     best_formant = 1.0
-    for formant in (1 / FORMANT_LINE_STEP, FORMANT_LINE_STEP):
-        if calls_left() <= 0:
-            return best, best_formant
-        value = score_at(clip_formant(formant))
+    steps = [clip_formant(f) for f in (1 / FORMANT_LINE_STEP, FORMANT_LINE_STEP)][:max(0, calls_left())]
+    for formant, value in zip(steps, score_at(steps) if steps else []):
         if value > best:
-            best, best_formant = value, clip_formant(formant)
+            best, best_formant = value, formant
         history.append(best)
+    if len(steps) < 2:  # the budget ran out
+        return best, best_formant
     if best_formant != 1.0 and calls_left() > 0:
         further = clip_formant(best_formant * (FORMANT_LINE_STEP if best_formant > 1 else 1 / FORMANT_LINE_STEP))
         if further != best_formant:
-            value = score_at(further)
+            value = score_at([further])[0]
             if value > best:
                 best, best_formant = value, further
             history.append(best)

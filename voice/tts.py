@@ -35,6 +35,9 @@ KEY_F0 = "imitation_f0_scale"
 KEY_EQ = "imitation_eq_db"  # spectral EQ gains (dB per mel band, spectral_match.py) of the imitated voice
 KEY_FORMANT = "imitation_formant_scale"  # formant scale of the imitated voice (formant.py); absent = 1
 
+RunFn = Callable[[dict], dict]  # graph feeds -> outputs (a loader runner or a bare session)
+MapFn = Callable[[Callable, list], list]  # map(fn, items) -> results in the items' order
+
 
 @dataclass
 class SpeechResult:
@@ -99,68 +102,108 @@ def synthesize_speech(text: str, speaker: SpeakerProfile | None = None, *, langu
                       speed: float = 1.0, backend: str = "auto", precision: str = "auto",
                       base_voice: str = "auto", imitation_strength: float = 1.0,
                       voice_pack: np.ndarray | None = None, f0_scale: float = 1.0, formant_scale: float = 1.0,
-                      progress: Callable[[int, int], None] | None = None) -> SpeechResult:
+                      progress: Callable[[int, int], None] | None = None, runner: RunFn | None = None,
+                      map_fn: MapFn | None = None) -> SpeechResult:
     """Synthesize `text`; raises the text frontend's clear errors for empty/unspeakable/unsupported text.
 
     voice_pack/f0_scale/formant_scale: speak in this exact voice (the imitation search's candidates)
     instead of the speaker's; then no EQ is applied.
+    runner: run Kokoro on this (feeds -> outputs) instead of the loader's runner (the voice fit's
+    single-thread sessions, voice/parallel.py). map_fn(fn, items) -> list: how the chunks' Kokoro
+    calls are run (default one after another; a thread pool's map runs them side by side - the
+    result is the same, every chunk is spoken independently).
     """
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    chunks = phonemize(text, language)
-    timings["frontend"] = time.perf_counter() - start
     if voice_pack is None:
         voice = _voice_for(speaker, base_voice, imitation_strength)
     else:
         voice = VoiceChoice(np.asarray(voice_pack, np.float32), f0_scale, "custom", None, formant_scale)
-    pack, eq, formant = voice.pack, voice.eq, voice.formant
-    kokoro_f0, kokoro_speed = synthesis_controls(voice.f0_scale, speed, formant)
+    return synthesize_voices(text, [voice], language=language, speed=speed, backend=backend, precision=precision,
+                             progress=progress, runner=runner, map_fn=map_fn)[0]
+
+
+def synthesize_voices(text: str, voices: list[VoiceChoice], *, language: str = "auto", speed: float = 1.0,
+                      backend: str = "auto", precision: str = "auto",
+                      progress: Callable[[int, int], None] | None = None, runner: RunFn | None = None,
+                      map_fn: MapFn | None = None) -> list[SpeechResult]:
+    """`text` spoken by each of `voices` (the text frontend runs once). All (voice, chunk) Kokoro calls
+    go through map_fn together, so a thread pool keeps its workers busy across voices. progress is
+    called per chunk of the first voice (synthesize_speech's contract: one voice)."""
+    timings: dict[str, float] = {}
     start = time.perf_counter()
-    runner = loader.get(kokoro_model_spec("fp32"), backend=backend, precision=precision, stage="voice")
+    chunks = phonemize(text, language)
+    timings["frontend"] = time.perf_counter() - start
+    start = time.perf_counter()
+    loaded = loader.get(kokoro_model_spec("fp32"), backend=backend, precision=precision, stage="voice")
+    run = runner or loaded
     timings["load"] = time.perf_counter() - start
     vocab = kokoro_assets().vocab
     # Which backend ran is in the report (result.backend); the loader logged one line about it and the
     # fallback reasons at debug level, so they do not repeat in every status line.
     warnings: list[str] = []
-    pieces: list[np.ndarray] = []
-    phones: list[PhoneTime] | None = []
-    offset = 0  # samples of output so far: where the next chunk's phones start
-    start = time.perf_counter()
-    for index, chunk in enumerate(chunks):
+    chunk_ids: list[list[int]] = []
+    for chunk in chunks:
         if chunk.unknown:
             warnings.append(f"skipped characters the voice cannot say: {''.join(sorted(set(chunk.unknown)))}")
-        dropped: list[str] = []
-        ids = tokenize(chunk.phonemes, vocab, dropped=dropped)
-        if ids:
-            wave, durations = synthesize_timed(ids, style_for(pack, len(ids)), kokoro_speed, runner,
-                                               f0_scale=kokoro_f0)
-            raw_len = len(wave)
-            wave = formant_shift(wave, SAMPLE_RATE, formant)
-            if phones is not None and durations is not None and raw_len:
-                kept = [c for c in chunk.phonemes if c in vocab]  # what tokenize() fed, in order
-                # the formant shift resamples: every time in the chunk stretches by the length ratio
-                phones += token_phones(kept, durations, DURATION_HOP / SAMPLE_RATE, offset / SAMPLE_RATE,
-                                       len(wave) / raw_len, AUDIO_LEAD_S / kokoro_speed)
-            else:
-                phones = None  # a runner without the durations output: no partial timings
-            if eq is not None:  # per chunk, before the fades, so the filter never rings into a pause
-                wave = apply_eq(wave, SAMPLE_RATE, eq)
-            pieces.append(_fade(wave))
-            offset += len(wave)
-        pieces.append(np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32))
-        offset += len(pieces[-1])
-        if progress:
-            progress(index + 1, len(chunks))
-    timings["synthesis"] = time.perf_counter() - start
-    waveform = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-    if waveform.size == 0 or not np.any(waveform):
-        raise ValueError("the text produced no speech; check that it contains words in English or Mandarin")
-    peak = float(np.abs(waveform).max())
-    if peak > 0.99:  # Kokoro rarely overshoots; never hand clipped audio downstream
-        waveform = waveform * (0.99 / peak)
-    return SpeechResult(waveform=waveform.astype(np.float32), sample_rate=SAMPLE_RATE, backend=runner.backend,
-                        precision=runner.precision, voice=voice.label, chunks=len(chunks), timings=timings,
-                        warnings=list(dict.fromkeys(warnings)), phones=phones)
+        chunk_ids.append(tokenize(chunk.phonemes, vocab, dropped=[]))
+    controls = [synthesis_controls(v.f0_scale, speed, v.formant) for v in voices]
+
+    def speak(job: tuple[int, int]) -> tuple[np.ndarray, int, np.ndarray | None]:
+        """(formant-shifted speech, its length before the shift, durations) of one chunk in one voice."""
+        v, c = job
+        ids = chunk_ids[c]
+        kokoro_f0, kokoro_speed = controls[v]
+        wave, durations = synthesize_timed(ids, style_for(voices[v].pack, len(ids)), kokoro_speed, run,
+                                           f0_scale=kokoro_f0)
+        return formant_shift(wave, SAMPLE_RATE, voices[v].formant), len(wave), durations
+
+    jobs = [(v, c) for v in range(len(voices)) for c in range(len(chunks)) if chunk_ids[c]]
+    start = time.perf_counter()
+    if map_fn is None:
+        spoken = {}
+        for v in range(len(voices)):
+            for c in range(len(chunks)):
+                if chunk_ids[c]:
+                    spoken[(v, c)] = speak((v, c))
+                if progress and v == 0:
+                    progress(c + 1, len(chunks))
+    else:
+        spoken = dict(zip(jobs, map_fn(speak, jobs)))
+    synthesis_s = (time.perf_counter() - start) / max(1, len(voices))
+    results = []
+    for v, voice in enumerate(voices):
+        pieces: list[np.ndarray] = []
+        phones: list[PhoneTime] | None = []
+        offset = 0  # samples of output so far: where the next chunk's phones start
+        for c, chunk in enumerate(chunks):
+            if chunk_ids[c]:
+                wave, raw_len, durations = spoken.pop((v, c))  # freed as assembled (long texts)
+                kokoro_speed = controls[v][1]
+                if phones is not None and durations is not None and raw_len:
+                    kept = [ch for ch in chunk.phonemes if ch in vocab]  # what tokenize() fed, in order
+                    # the formant shift resamples: every time in the chunk stretches by the length ratio
+                    phones += token_phones(kept, durations, DURATION_HOP / SAMPLE_RATE, offset / SAMPLE_RATE,
+                                           len(wave) / raw_len, AUDIO_LEAD_S / kokoro_speed)
+                else:
+                    phones = None  # a runner without the durations output: no partial timings
+                if voice.eq is not None:  # per chunk, before the fades, so the filter never rings into a pause
+                    wave = apply_eq(wave, SAMPLE_RATE, voice.eq)
+                pieces.append(_fade(wave))
+                offset += len(wave)
+            pieces.append(np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32))
+            offset += len(pieces[-1])
+        if progress and v == 0 and map_fn is not None:
+            progress(len(chunks), len(chunks))
+        waveform = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+        if waveform.size == 0 or not np.any(waveform):
+            raise ValueError("the text produced no speech; check that it contains words in English or Mandarin")
+        peak = float(np.abs(waveform).max())
+        if peak > 0.99:  # Kokoro rarely overshoots; never hand clipped audio downstream
+            waveform = waveform * (0.99 / peak)
+        results.append(SpeechResult(waveform=waveform.astype(np.float32), sample_rate=SAMPLE_RATE,
+                                    backend=loaded.backend, precision=loaded.precision, voice=voice.label,
+                                    chunks=len(chunks), timings={**timings, "synthesis": synthesis_s},
+                                    warnings=list(dict.fromkeys(warnings)), phones=phones))
+    return results
 
 
 def _fade(wave: np.ndarray) -> np.ndarray:

@@ -1,0 +1,57 @@
+"""Issue 18: the voice fit's side-by-side evaluation (voice/parallel.py) scores exactly what the
+sequential fit scores, on the real models (Kokoro, GE2E)."""
+import numpy as np
+import pytest
+
+SR = 24000
+
+
+@pytest.fixture(scope="module")
+def reference(data_dir):
+    from digital_human.audio import decode_audio, prepare_reference
+
+    wave, rate = decode_audio(data_dir / "audio" / "spk_en_male_01.wav", max_seconds=8)
+    return prepare_reference(wave, rate, source="spk_en_male_01 (8 s)")
+
+
+def test_chunks_spoken_side_by_side_are_the_sequential_speech(setup_models):
+    from digital_human.voice import parallel
+    from digital_human.voice.tts import VoiceChoice, bundled_voices, synthesize_speech, synthesize_voices
+
+    text = "Please call Stella. How much juice did Joe squeeze on Thursday?"
+    voices = bundled_voices()
+    choices = [VoiceChoice(voices["jm_kumo"], 1.2, "a", None, 1.05), VoiceChoice(voices["jf_alpha"], 0.9, "b")]
+    sequential = [synthesize_speech(text, voice_pack=c.pack, f0_scale=c.f0_scale, formant_scale=c.formant)
+                  for c in choices]
+    runner = parallel.kokoro_runner("auto", "auto", 2)
+    with parallel.WorkerPool(2) as pool:
+        together = synthesize_voices(text, choices, runner=runner, map_fn=pool.map)
+    for seq, par in zip(sequential, together):
+        assert seq.chunks == par.chunks == 2
+        assert seq.waveform.shape == par.waveform.shape
+        assert np.max(np.abs(seq.waveform - par.waveform)) < 1e-4  # float noise between ORT thread counts
+        assert [p[0] for p in seq.phones] == [p[0] for p in par.phones]
+        assert np.allclose([p[1:] for p in seq.phones], [p[1:] for p in par.phones], atol=1e-4)
+
+
+def test_parallel_scorer_gives_the_sequential_scores_and_eq(reference, setup_models):
+    from digital_human.voice import clone
+    from digital_human.voice.tts import bundled_voices
+
+    target = np.random.default_rng(0).standard_normal(256).astype(np.float32)  # any target: scores must agree
+    spectra = clone.reference_spectra(reference)
+    voices = bundled_voices()
+    candidates = [(voices["jm_kumo"], 1.3, 1.0), (voices["jm_kumo"], 1.3, 1.07), (voices["jf_alpha"], 0.6, 0.93)]
+    with clone.ProbeScorer(target, clone.PROBES["en"], "auto", "auto", spectra, workers=1) as seq:
+        assert seq.workers == 1 and seq.runner is None  # the loader's session, one call at a time
+        expected = [seq(*c) for c in candidates]
+        expected_eq = [seq.eq(*c) for c in candidates]
+    with clone.ProbeScorer(target, clone.PROBES["en"], "auto", "auto", spectra, workers=2) as par:
+        if par.workers < 2:
+            pytest.skip("Kokoro does not run on ONNX Runtime's CPU session here: the fit stays sequential")
+        batch = par.score_many(candidates[:2])  # a batch: the candidates side by side
+        lone = par(*candidates[2])  # a lone candidate: its chunks and EQ variants side by side
+        got_eq = [par.eq(*c) for c in candidates]  # cached, no new synthesis
+    assert np.allclose(batch + [lone], expected, atol=1e-4)
+    for a, b in zip(got_eq, expected_eq):
+        assert np.allclose(a, b, atol=1e-3)
