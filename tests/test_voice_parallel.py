@@ -55,3 +55,23 @@ def test_parallel_scorer_gives_the_sequential_scores_and_eq(reference, setup_mod
     assert np.allclose(batch + [lone], expected, atol=1e-4)
     for a, b in zip(got_eq, expected_eq):
         assert np.allclose(a, b, atol=1e-3)
+
+
+def test_fit_sessions_released_when_the_last_fit_ends(reference, setup_models):
+    """The fit's own single-thread sessions (~180 MB) are not held by a long-lived process between fits:
+    they stay open while any fit runs and are released when the last one closes."""
+    from digital_human.voice import clone, parallel
+
+    target = np.zeros(256, np.float32)
+    spectra = clone.reference_spectra(reference)
+    first = clone.ProbeScorer(target, clone.PROBES["en"], "auto", "auto", spectra, workers=2)
+    if first.workers < 2:
+        first.close()
+        pytest.skip("Kokoro does not run on ONNX Runtime's CPU session here: the fit stays sequential")
+    second = clone.ProbeScorer(target, clone.PROBES["en"], "auto", "auto", spectra, workers=2)
+    assert len(parallel._SESSIONS) == 2  # Kokoro and GE2E, shared by both fits
+    first.close()
+    first.close()  # a second close is a no-op: it must not count as another fit ending
+    assert len(parallel._SESSIONS) == 2 and second.runner is not None  # the second fit still runs
+    second.close()
+    assert parallel._SESSIONS == {}

@@ -98,11 +98,18 @@ class ProbeScorer:
         self.probe_text = probe_text
         self.backend, self.precision = backend, precision
         workers = parallel.fit_workers() if workers is None else max(1, int(workers))
-        self.runner = parallel.kokoro_runner(backend, precision, workers)
-        if self.runner is None:
-            workers = 1
-        self.embed = (parallel.ge2e_run_fn(backend, precision, workers)
-                      or se.default_run_fn(backend=backend, precision=precision))
+        parallel.acquire()  # before any session opens: close() releases them when no other fit runs
+        self._closed = False
+        try:
+            self.runner = parallel.kokoro_runner(backend, precision, workers)
+            if self.runner is None:
+                workers = 1
+            self.embed = (parallel.ge2e_run_fn(backend, precision, workers)
+                          or se.default_run_fn(backend=backend, precision=precision))
+        except BaseException:
+            self._closed = True
+            parallel.done()
+            raise
         self.pool = parallel.WorkerPool(workers)
         self._speech: dict[tuple, np.ndarray] = {}
         self._eq: dict[tuple, tuple[float, np.ndarray | None]] = {}
@@ -112,7 +119,12 @@ class ProbeScorer:
         return self.pool.workers
 
     def close(self) -> None:
+        from . import parallel
+
         self.pool.close()
+        if not self._closed:
+            self._closed = True
+            parallel.done()
 
     def __enter__(self) -> ProbeScorer:
         return self

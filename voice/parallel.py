@@ -70,14 +70,33 @@ def _cpu_session(spec, precision: str, threads: int):
         return runner
 
 
+_USERS = [0]  # fits running now that may use the sessions
+
+
 def release_sessions() -> int:
-    """Drop the fit's own sessions (they are kept for the next fit in this process); returns how many."""
+    """Drop the fit's own sessions; returns how many."""
     with _SESSIONS_LOCK:
         n = len(_SESSIONS)
         for runner in _SESSIONS.values():
             runner.release()
         _SESSIONS.clear()
         return n
+
+
+def acquire() -> None:
+    """A fit starts: its sessions stay open until the last running fit calls done()."""
+    with _SESSIONS_LOCK:
+        _USERS[0] += 1
+
+
+def done() -> None:
+    """A fit ended: when no other fit is running, its sessions (~180 MB) are released, so a long-lived
+    process (ComfyUI) does not hold them between fits; the next fit opens them again (~1.6 s)."""
+    with _SESSIONS_LOCK:
+        _USERS[0] = max(0, _USERS[0] - 1)
+        last = _USERS[0] == 0
+    if last:
+        release_sessions()
 
 
 def kokoro_runner(backend: str, precision: str, workers: int):
