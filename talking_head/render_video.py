@@ -13,7 +13,6 @@ is prepared on a thread. The frames equal the node path's to rounding (tests/tes
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import queue
 import threading
@@ -28,6 +27,7 @@ import numpy as np
 from ..engines.devices import torch_cuda_usable
 from ..media.mux import FrameStream, MuxInterrupted, MuxReport, mux_video
 from ..media.yuv import rgb_to_yuv420p
+from ..vision.content_key import digest
 from ..vision.faces import apply_affines, invert_affines
 from ..vision.paste import frame_space_masks
 from ..vision.paste_torch import paste_boxes, paste_footprint
@@ -65,19 +65,6 @@ def clear_video_caches() -> None:
         _SMOOTH_BYTES[0] = 0
 
 
-def _digest(*parts) -> str:
-    h = hashlib.blake2b(digest_size=20)
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            a = np.ascontiguousarray(part)
-            h.update(repr((a.dtype.str, a.shape)).encode())
-            h.update(a.data)
-        else:
-            h.update(repr(part).encode())
-        h.update(b"|")
-    return h.hexdigest()
-
-
 def video_key(gen: GeneratedCrops) -> str | None:
     """The key of `gen`'s paste region and reference smoothing masks (None: its model keys nothing, so nothing
     is kept): everything they are made from besides the model's masks, which its avatar_key stands for."""
@@ -86,7 +73,7 @@ def video_key(gen: GeneratedCrops) -> str | None:
         return None
     track = gen.track
     refs = np.unique(np.asarray(gen.idx, np.int64))
-    return _digest(str(base), tuple(int(v) for v in track.frames.shape[1:3]), int(track.crop_size), refs,
+    return digest(str(base), tuple(int(v) for v in track.frames.shape[1:3]), int(track.crop_size), refs,
                    np.asarray(track.affines[refs], np.float64), np.asarray(track.landmarks[refs], np.float32))
 
 
@@ -301,7 +288,7 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         """The kept-masks key of chunk start..stop's smoothing masks from the reference landmarks."""
         if key is None:
             return None
-        return _digest(key, (rows.start, rows.stop, cols.start, cols.stop), idx[start:stop])
+        return digest(key, (rows.start, rows.stop, cols.start, cols.stop), idx[start:stop])
 
     def smooth_masks_ahead(start: int, landmarks) -> None:
         """Start this chunk's smoothing masks on the pool; when they come from the reference landmarks (the

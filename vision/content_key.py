@@ -67,12 +67,21 @@ def frames_key(frames: Any) -> str | None:
     return key
 
 
+def digest(*parts: Any, size: int = 20) -> str:
+    """BLAKE2b of arrays (dtype, shape and bytes) and other values (their repr), in order."""
+    h = hashlib.blake2b(digest_size=size)
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            a = np.ascontiguousarray(part)
+            h.update(repr((a.dtype.str, a.shape)).encode())
+            h.update(a.data)
+        else:
+            h.update(repr(part).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
 def frame_key(frames_key_: str, t: int, *arrays: np.ndarray) -> str:
     """A key of one reference frame t of a keyed video together with per-frame data that shapes what is
     made from it (its crop transform, its landmarks): equal keys, equal inputs."""
-    h = hashlib.blake2b(digest_size=16)
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(repr((a.dtype.str, a.shape)).encode())
-        h.update(a.data)
-    return f"{frames_key_}#{int(t)}:{h.hexdigest()}"
+    return f"{frames_key_}#{int(t)}:{digest(*(np.asarray(a) for a in arrays), size=16)}"
