@@ -165,6 +165,35 @@ def test_head_moves_background_stays(rendered, photo_track):
     assert dip > 0.5 * moving.motion.motion.ty[nod] * moving.motion.iod
 
 
+def test_warp_equals_a_whole_box_bicubic_remap_kept_to_the_head(photo_track, speech):
+    """The warp resamples only the head's row bands, in float32, and relies on exact pixel-centre maps
+    elsewhere: the frames must equal a plain uint8 bicubic remap of the whole box, copied back only
+    where the head weight (or an eye) may change pixels."""
+    import cv2
+
+    from digital_human.talking_head.head_warp import HeadMotion
+
+    wave, sr = speech
+    n = 40
+    head = HeadMotion(photo_track.landmarks[0], photo_track.frames[0], im.idle_motion(wave, sr, FPS, n, SEED))
+    frames = np.repeat(photo_track.frames[:1], n, axis=0)
+    frames[:, ::7] = 255 - frames[:, ::7]  # a textured box: any resampled pixel outside the head would show
+    got = head.apply(frames.copy(), 0)
+    rows, cols = head.region
+    for i in range(n):
+        if head.motion.still(i):
+            continue
+        src = np.ascontiguousarray(frames[i, rows, cols])
+        mx, my, near = head._maps(i)
+        want = cv2.remap(src, mx - 0.5 - cols.start, my - 0.5 - rows.start, cv2.INTER_CUBIC,
+                         borderMode=cv2.BORDER_REPLICATE)
+        for e, (sy, sx, u, v) in zip(head.eyes, near):
+            e.shade(want[sy, sx], u, v, float(head.motion.blink[i]))
+        expect = frames[i].copy()
+        np.copyto(expect[rows, cols], want, where=head._changed[..., None])
+        np.testing.assert_array_equal(got[i], expect)
+
+
 def test_off_switch_gives_todays_frames(photo_track, speech):
     from digital_human.talking_head.registry import generate_crops
 
