@@ -13,6 +13,15 @@ the load average (the CPU is shared), the process CPU time and the number of syn
 what was fitted. DIGITAL_HUMAN_FIT_WORKERS=1 gives the sequential fit (voice/parallel.py); the fit's
 own single-thread sessions are opened by the first fit of the process, so the first repeat pays
 for that (~2 s) as a user's first fit does.
+
+Two code versions, interleaved on a shared CPU (e.g. a baseline worktree against this checkout):
+
+    python benchmarks/voice_fit_time.py --trees /tmp/base18 /work/main --repeats 3 --json out.json
+
+runs every fit in a fresh process (as the CLI's `run` does) with the pack imported from each tree in
+turn, alternating which tree goes first per repeat. A tree is a folder holding the pack as
+`digital_human`, or the pack's own root (then its parent must import it as `digital_human`, e.g.
+through the editable install). Each process loads the models and librosa before the clock starts.
 """
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -79,6 +89,69 @@ def _fit_workers() -> int:
     return fit_workers()
 
 
+def _warm_up() -> None:
+    import librosa  # noqa: F401  (a CLI run has imported it before the fit; a library import, not fit work)
+    from digital_human.voice.tts import synthesize_speech
+
+    synthesize_speech("Warm up.")  # model load is not part of a fit (the node loads it once per process)
+
+
+def fit_in_process(tree: Path, spec: str, data: Path) -> dict:
+    """One fit of clip `spec` in a fresh Python process that imports the pack from `tree`."""
+    env = dict(os.environ)
+    if (tree / "digital_human" / "__init__.py").is_file():  # a folder holding the pack
+        env["PYTHONPATH"] = str(tree) + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", spec, "--data", str(data)]
+    out = subprocess.run(cmd, env=env, cwd=str(tree), capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"fit of {spec} with {tree} failed:\n{out.stderr[-3000:]}")
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    run["tree"] = str(tree)
+    return run
+
+
+def one(spec: str, data: Path) -> int:
+    """--one: warm up, fit once, print the run as one JSON line (the child of fit_in_process)."""
+    import digital_human
+
+    _warm_up()
+    name, _, secs = spec.partition(":")
+    run = fit_once(clip_path(data, name), float(secs) if secs else None)
+    run["pack"] = str(Path(digital_human.__file__).resolve().parent)
+    print(json.dumps(run))
+    return 0
+
+
+def compare_trees(args) -> int:
+    rows = []
+    for spec in args.clips:
+        runs: dict[str, list] = {str(t): [] for t in args.trees}
+        for i in range(args.repeats):
+            for tree in (args.trees if i % 2 == 0 else args.trees[::-1]):
+                run = fit_in_process(tree, spec, args.data)
+                log(f"{spec} run {i + 1} {tree}: {run['seconds']:.1f} s (cpu {run['cpu_s']:.1f} s, "
+                    f"{run['syntheses']} syntheses, {run['base_voice']}, load {run['load_before']:.1f} -> "
+                    f"{run['load_after']:.1f})")
+                runs[str(tree)].append(run)
+        for tree, rs in runs.items():
+            rows.append({"clip": spec, "tree": tree, "pack": rs[0].get("pack"), "runs": rs,
+                         "median_s": statistics.median(r["seconds"] for r in rs),
+                         "min_s": min(r["seconds"] for r in rs), "max_s": max(r["seconds"] for r in rs),
+                         "median_cpu_s": statistics.median(r["cpu_s"] for r in rs)})
+    print(f"nproc {os.cpu_count()}, load average at the end {os.getloadavg()}\n")
+    print("| clip | code | base voice | syntheses | fit s per run (load 1-min avg before) | median s (min-max) "
+          "| median CPU s |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        r0 = row["runs"][0]
+        runs = ", ".join(f"{r['seconds']:.0f} ({r['load_before']:.1f})" for r in row["runs"])
+        print(f"| {row['clip']} | {row['tree']} | {r0['base_voice']} | {r0['syntheses']} | {runs} | "
+              f"{row['median_s']:.0f} ({row['min_s']:.0f}-{row['max_s']:.0f}) | {row['median_cpu_s']:.0f} |")
+    if args.json:
+        args.json.write_text(json.dumps({"nproc": os.cpu_count(), "rows": rows}, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -88,10 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[],
                         help="fit with each of these worker counts (DIGITAL_HUMAN_FIT_WORKERS) in every repeat, "
                              "alternating which goes first: old (1 = sequential) vs new interleaved on a shared CPU")
+    parser.add_argument("--trees", type=Path, nargs="+", default=[],
+                        help="code trees to compare, one fresh process per fit, interleaved (see above)")
+    parser.add_argument("--one", metavar="CLIP", help=argparse.SUPPRESS)  # child of --trees
     args = parser.parse_args(argv)
-    from digital_human.voice.tts import synthesize_speech
-
-    synthesize_speech("Warm up.")  # model load is not part of a fit (the node loads it once per process)
+    if args.one:
+        return one(args.one, args.data)
+    if args.trees:
+        return compare_trees(args)
+    _warm_up()
     rows = []
     variants = args.workers or [None]
     for spec in args.clips:
