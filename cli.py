@@ -137,15 +137,18 @@ def _speak_streaming(timer: StageTimer, args: argparse.Namespace, text: str, spe
             "embed": embed_report.get("backend")}
 
 
-def _read_frames(path: Path, max_seconds: float, max_side: int | None = None) -> tuple[Any, float, Any]:
+def _read_frames(path: Path, max_seconds: float, max_side: int | None = None, *,
+                 audio: bool = True) -> tuple[Any, float, Any]:
     """Frames, fps and (wave, rate) or None from a photo or a video file. A photo is one in-memory
     frame; a video's frames are decoded on demand (media.frame_source.VideoFrames), so nothing here
-    holds a whole video. Both are scaled down to at most max_side px on the longest side."""
+    holds a whole video. Both are scaled down to at most max_side px on the longest side. audio=False:
+    the video's own sound is not decoded (callers that only track the face: its whole track in memory is
+    64 KB a second at 16 kHz, 19 MB for 5 minutes, held for nothing)."""
     from .media.frame_source import DEFAULT_MAX_SIDE, is_photo, load_face_frames
     from .media.probe import probe_media, read_video_audio
 
     frames, fps, _ = load_face_frames(path, max_seconds, DEFAULT_MAX_SIDE if max_side is None else max_side)
-    if is_photo(path):
+    if is_photo(path) or not audio:
         return frames, fps, None
     audio = read_video_audio(path) if probe_media(path).has_audio else None
     return frames, fps, audio
@@ -177,7 +180,8 @@ def _cmd_align(args: argparse.Namespace) -> dict[str, Any]:
     from .vision.align import draw_preview
 
     timer = StageTimer()
-    frames, fps, _ = timer.run("decode", _read_frames, Path(args.face), args.max_seconds, args.max_side)
+    frames, fps, _ = timer.run("decode", _read_frames, Path(args.face), args.max_seconds, args.max_side,
+                               audio=False)
     faces, report = timer.run("align", _align_frames, frames, fps, crop_size=args.crop_size, expand=args.expand,
                               face_index=args.face_index, backend=args.backend)
     out = Path(args.out)
@@ -254,7 +258,7 @@ def _faces_from_file(timer: StageTimer, face: Path, fps: float | None, backend: 
 
     if speech_seconds is not None:
         max_seconds = min(max_seconds, speech_seconds + 0.5)
-    frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds, max_side)
+    frames, src_fps, _ = timer.run("decode_face", _read_frames, face, max_seconds, max_side, audio=False)
     fps = float(fps or (src_fps if len(frames) > 1 else 25.0))
     adaptive = crop_size == "auto" and resolve(model)[0].adaptive_crop
     size, why = (256, "") if crop_size == "auto" else (int(crop_size), "")

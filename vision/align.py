@@ -227,6 +227,14 @@ def is_lazy(frames) -> bool:
     return not isinstance(frames, np.ndarray) and hasattr(frames, "shape") and hasattr(frames, "frame")
 
 
+def _by_blocks(landmarks, fn: Callable[[np.ndarray], np.ndarray], rows: int = 1024) -> np.ndarray:
+    """fn over [N, 468, 3] landmarks, concatenated over frames: an in-memory array in one call, a
+    RowSpool (a long video's landmarks in a file) a block of frames at a time, never read whole."""
+    if isinstance(landmarks, np.ndarray):
+        return fn(landmarks)
+    return np.concatenate([fn(landmarks[a:b]) for a, b in landmarks.blocks(rows)])
+
+
 # --- input checks --------------------------------------------------------------------------------
 def _check_frames(frames: np.ndarray, name: str) -> np.ndarray:
     arr = np.asarray(frames)
@@ -306,12 +314,13 @@ def align_faces(frames: np.ndarray, fps: float, *, crop_size: int = 256, expand:
     warnings: list[str] = []
     params = np.zeros((n, 4))
     # the template's few points only: a copy of every found frame's mesh would double the landmarks' memory
-    params[found] = params_from_template_points(raw.landmarks[:, TEMPLATE_INDEX][found])
+    params[found] = params_from_template_points(_by_blocks(raw.landmarks, lambda b: b[:, TEMPLATE_INDEX])[found])
     # unwrap angles over the found frames so interpolation/smoothing never crosses +-pi
     params[found, 3] = np.unwrap(params[found, 3])
     missing = np.flatnonzero(~found)
     params = fill_gaps(params, found, raw.scene_cuts)
-    landmarks = fill_gaps(raw.landmarks, found, raw.scene_cuts, in_place=True)  # float32, no copy
+    # float32, no copy (a RowSpool for frames decoded on demand: filled in its file)
+    landmarks = fill_gaps(raw.landmarks, found, raw.scene_cuts, in_place=True)
     if missing.size:
         warnings.append(f"no face in {missing.size} of {n} frames (frames {_ranges(missing)}); their crop "
                         "transform and landmarks were interpolated from the neighbouring frames")
@@ -325,7 +334,7 @@ def align_faces(frames: np.ndarray, fps: float, *, crop_size: int = 256, expand:
         warnings.append(f"{max_seen} faces seen{where}; using face_index {face_index} "
                         f"({'the largest' if face_index == 0 else f'#{face_index + 1} by size'}); "
                         "set face_index to pick another")
-    boxes = landmark_box(landmarks).astype(np.float32)
+    boxes = _by_blocks(landmarks, landmark_box).astype(np.float32)
     heights = boxes[found, 3] - boxes[found, 1]
     if heights.size and float(np.median(heights)) < TINY_FACE_PX:
         warnings.append(f"the face is tiny (~{np.median(heights):.0f} px tall, under {TINY_FACE_PX} px): "

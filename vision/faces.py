@@ -59,8 +59,9 @@ class FaceTrack:
     frames: uint8 [N, H, W, 3] source frames; crops: uint8 [N, S, S, 3] aligned crops.
     found[t] is False where no face was accepted on frame t; such frames keep a transform and
     landmarks interpolated from their neighbours (counted in `interpolated_count`).
-    boxes [N, 4] x0, y0, x1, y1 of the landmarks (source px); landmarks [N, 468, 3] source px
-    (z scaled like x); affines [N, 2, 3] source -> crop; presence [N] mesh face-presence score.
+    boxes [N, 4] x0, y0, x1, y1 of the landmarks (source px); landmarks [N, 468, 3] float32 source px
+    (z scaled like x; for frames decoded on demand a vision.row_spool.RowSpool: index it, e.g.
+    landmarks[t] or landmarks[idx], rather than computing on it whole); affines [N, 2, 3] source -> crop; presence [N] mesh face-presence score.
     """
 
     frames: np.ndarray
@@ -126,7 +127,7 @@ class FaceTrack:
             "version": np.array(NPZ_VERSION), "fps": np.array(float(self.fps)),
             # asarray, not astype: no second copy of a long video's landmarks (~6 KB a frame) while saving
             "crop_size": np.array(int(self.crop_size)), "found": np.asarray(self.found, bool),
-            "boxes": np.asarray(self.boxes, np.float32), "landmarks": np.asarray(self.landmarks, np.float32),
+            "boxes": np.asarray(self.boxes, np.float32), "landmarks": _float32_rows(self.landmarks),
             "affines": np.asarray(self.affines, np.float64), "presence": np.asarray(self.presence, np.float32),
             "crops": self.crops, "interpolated_count": np.array(int(self.interpolated_count)),
             "warnings": np.array(self.warnings, dtype=str), "face_index": np.array(int(self.face_index)),
@@ -161,6 +162,16 @@ class FaceTrack:
                        warnings=[str(s) for s in z["warnings"]], face_index=int(z["face_index"]),
                        expand=float(z["expand"]), scene_cuts=[int(c) for c in z["scene_cuts"]],
                        max_faces_seen=int(z["max_faces_seen"]))
+
+
+def _float32_rows(values):
+    """float32 landmarks to save: an ndarray as it is (asarray: no copy), a RowSpool (a long video's rows in
+    a file) left as it is, written a row at a time by _savez_streaming."""
+    if isinstance(values, np.ndarray) or not hasattr(values, "blocks"):
+        return np.asarray(values, np.float32)
+    if np.dtype(values.dtype) != np.float32:
+        raise ValueError(f"landmarks rows must be float32, got {values.dtype}")
+    return values
 
 
 def _savez_streaming(handle, arrays: dict) -> None:

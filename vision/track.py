@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from ..engines.face.detect import FaceBox, detect_faces, face_landmarks
+from .row_spool import RowSpool, runs
 
 Runner = Callable[[np.ndarray], dict]
 Progress = Callable[[int, int], None]
@@ -228,7 +229,7 @@ def _track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: 
     run_det, run_mesh = runners
     n = len(frames)
     found = np.zeros(n, bool)
-    landmarks = np.full((n, 468, 3), np.nan, np.float32)
+    landmarks = new_landmarks(frames, n)
     presence = np.zeros(n, np.float32)
     # cuts are found while tracking (one pass over the frames: a long video is decoded once)
     raw = RawTrack(found, landmarks, presence, scene_cuts=[])
@@ -241,6 +242,15 @@ def _track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: 
         if read_ahead is not None:
             read_ahead.close()
     return raw
+
+
+def new_landmarks(frames, n: int) -> np.ndarray | RowSpool:
+    """NaN landmarks [n, 468, 3] float32 to fill while tracking: in a temporary file (vision.row_spool) when
+    the frames are decoded on demand (a long video's 5.6 KB a frame must not grow the process with its
+    length), in memory for in-memory frames (a ComfyUI IMAGE batch is in memory anyway)."""
+    if n > 1 and callable(getattr(frames, "frame", None)):
+        return RowSpool(n, (468, 3), np.float32, fill=np.nan)
+    return np.full((n, 468, 3), np.nan, np.float32)
 
 
 def _track(frames, n: int, raw: RawTrack, cut_detector: CutDetector, run_det: Runner, run_mesh: Runner,
@@ -344,7 +354,10 @@ def fill_gaps(values: np.ndarray, found: np.ndarray, cuts: list[int], in_place: 
     """Linear interpolation over time of [N, ...] values at frames where `found` is False, inside
     each shot; a shot's leading/trailing gaps hold its nearest value; a shot with no face at all
     is interpolated between the nearest found frames of the clip. in_place: fill `values` itself
-    (keeping its dtype) instead of a float64 copy - a long video's landmarks are ~6 KB a frame."""
+    (keeping its dtype) instead of a float64 copy - a long video's landmarks are ~6 KB a frame; a
+    RowSpool is always filled in place, a run of missing frames at a time."""
+    if isinstance(values, RowSpool):
+        return _fill_rows(values, found, cuts)
     if not in_place:
         values = np.array(values, dtype=np.float64, copy=True)
     elif not values.flags.c_contiguous:  # the reshape below must be a view; the result is what counts
@@ -363,6 +376,32 @@ def fill_gaps(values: np.ndarray, found: np.ndarray, cuts: list[int], in_place: 
             idx = all_idx
         for j in range(flat.shape[1]):
             flat[missing, j] = np.interp(missing, idx, flat[idx, j])
+    return values
+
+
+def _fill_rows(values: RowSpool, found: np.ndarray, cuts: list[int]) -> RowSpool:
+    """fill_gaps on rows read and written a run of missing frames at a time (the whole array is never in
+    memory). np.interp over a shot's found frames only uses the two that bracket a missing frame (or the
+    nearest one at either end), so each run is interpolated from those two rows alone: the same values
+    (same np.interp call per column) as fill_gaps on an ndarray."""
+    n = len(values)
+    all_idx = np.flatnonzero(found)
+    for a, b in segments(n, cuts):
+        idx = np.flatnonzero(found[a:b]) + a
+        missing = np.flatnonzero(~found[a:b]) + a
+        if not missing.size:
+            continue
+        if not idx.size:
+            idx = all_idx
+        for start, stop in runs(missing):  # no found frame inside a run of missing ones
+            k = int(np.searchsorted(idx, start))
+            xp = idx[max(0, k - 1):k + 1]  # the found frames before and after (one at either end of a shot)
+            fp = values[xp].reshape(len(xp), -1)
+            run = np.arange(start, stop)
+            out = np.empty((len(run), fp.shape[1]), values.dtype)
+            for j in range(fp.shape[1]):
+                out[:, j] = np.interp(run, xp, fp[:, j])
+            values[start:stop] = out.reshape(len(run), *values.shape[1:])
     return values
 
 
