@@ -75,3 +75,20 @@ def test_fit_sessions_released_when_the_last_fit_ends(reference, setup_models):
     assert len(parallel._SESSIONS) == 2 and second.runner is not None  # the second fit still runs
     second.close()
     assert parallel._SESSIONS == {}
+
+
+def test_scorer_speaks_the_probe_faster_and_keeps_speed_1_apart(reference, setup_models):
+    """The search scores the probe spoken at SEARCH_SPEED (cheaper: Kokoro's cost follows the speech's
+    length); the bundled voices' pitch is measured at speed 1, and the two are cached apart."""
+    from digital_human.voice import clone
+    from digital_human.voice.tts import bundled_voices
+
+    pack = bundled_voices()["jm_kumo"]
+    with clone.ProbeScorer(np.zeros(256, np.float32), clone.PROBES["en"], "auto", "auto",
+                           clone.reference_spectra(reference), workers=1) as scorer:
+        assert scorer.speed == clone.SEARCH_SPEED > 1
+        fast = scorer.speech(pack, 1.0)
+        normal = scorer.speech(pack, 1.0, speed=1.0)
+        assert scorer.speech(pack, 1.0) is fast  # cached per speed, not one for the other
+    ratio = len(fast) / len(normal)
+    assert abs(ratio - 1 / clone.SEARCH_SPEED) < 0.08, ratio

@@ -42,6 +42,13 @@ KEY_REFERENCE_LOG_LTAS = "reference_log_ltas"  # the same, averaged in dB over f
 KEY_SIMILARITY = "imitation_similarity"
 KEY_BASE_SIMILARITY = "imitation_base_similarity"
 KEY_SETTINGS = "imitation_settings"
+# Speaking rate of the probe during the search (issue 18: first-use fit <= 60 s on 2 cores). Kokoro's
+# decoder is ~95 % of a candidate's cost (ONNX Runtime profile) and scales with the length of the
+# speech, so a faster probe is a cheaper candidate; GE2E hears timbre more than tempo. On 10 ES-like
+# candidates around a base voice, the scores at x1.25 / x1.4 ranked them like the scores at x1.0
+# (Spearman 0.90 / 0.85-0.98, within the probe's own noise; RESULTS_voice.md). The fitted voice is
+# spoken at the user's speed afterwards; pitch is measured at speed 1 where it decides the base voice.
+SEARCH_SPEED = 1.4
 
 
 def probe_language(speaker: SpeakerProfile, language: str) -> str:
@@ -74,8 +81,9 @@ class ProbeScorer:
 
     With the reference's long-term spectra, each candidate is scored with the best of the EQ variants
     (EQ_DOMAINS x EQ_STRENGTHS) fitted to its own probe speech, and that EQ is remembered (`eq`).
-    Remembers the speech of the last syntheses so measuring a voice's pitch and scoring it share
-    one synthesis.
+    The probe is spoken at `speed` (SEARCH_SPEED: a faster probe is a cheaper candidate). Remembers
+    the speech of the last syntheses (per speed) so scoring the fitted voice and checking its pitch
+    share one synthesis.
 
     workers > 1 (default: parallel.fit_workers(), on an ONNX Runtime CPU backend only): the Kokoro
     calls of a candidate's probe chunks, and of the candidates of one `score_many` batch, run side
@@ -87,7 +95,7 @@ class ProbeScorer:
 
     def __init__(self, target: np.ndarray, probe_text: str, backend: str, precision: str,
                  reference_ltas: np.ndarray | dict[str, np.ndarray] | None = None,
-                 workers: int | None = None) -> None:
+                 workers: int | None = None, speed: float = SEARCH_SPEED) -> None:
         from . import parallel
 
         self.target = target
@@ -96,6 +104,7 @@ class ProbeScorer:
             reference_ltas = {"power": reference_ltas}
         self.reference_ltas: dict[str, np.ndarray] = dict(reference_ltas or {})
         self.probe_text = probe_text
+        self.speed = float(speed)  # speaking rate of the probe (SEARCH_SPEED)
         self.backend, self.precision = backend, precision
         workers = parallel.fit_workers() if workers is None else max(1, int(workers))
         parallel.acquire()  # before any session opens: close() releases them when no other fit runs
@@ -133,28 +142,30 @@ class ProbeScorer:
         self.close()
 
     @staticmethod
-    def _key(pack: np.ndarray, f0: float, formant: float) -> tuple:
+    def _key(pack: np.ndarray, f0: float, formant: float, speed: float = SEARCH_SPEED) -> tuple:
         import hashlib
 
         return (hashlib.sha1(np.ascontiguousarray(pack).tobytes()).digest(), round(float(f0), 5),
-                round(float(formant), 5))
+                round(float(formant), 5), round(float(speed), 5))
 
-    def speech(self, pack: np.ndarray, f0: float, formant: float = 1.0) -> np.ndarray:
-        return self.speech_many([(pack, f0, formant)])[0]
+    def speech(self, pack: np.ndarray, f0: float, formant: float = 1.0, speed: float | None = None) -> np.ndarray:
+        return self.speech_many([(pack, f0, formant)], speed)[0]
 
-    def speech_many(self, candidates: list[Candidate]) -> list[np.ndarray]:
-        """The probe spoken by each candidate; the uncached ones are synthesized together (their
-        chunks spread over the workers)."""
+    def speech_many(self, candidates: list[Candidate], speed: float | None = None) -> list[np.ndarray]:
+        """The probe spoken by each candidate (at `speed`, default the scorer's); the uncached ones are
+        synthesized together (their chunks spread over the workers)."""
         from .tts import VoiceChoice, synthesize_voices
 
-        keys = [self._key(*c) for c in candidates]
+        speed = self.speed if speed is None else float(speed)
+        keys = [self._key(*c, speed) for c in candidates]
         missing = list(dict.fromkeys(k for k in keys if k not in self._speech))
         if missing:
             first = {k: c for k, c in zip(keys, candidates)}
             voices = [VoiceChoice(np.asarray(first[k][0], np.float32), float(first[k][1]), "custom", None,
                                   float(first[k][2])) for k in missing]
             waves = [r.waveform for r in synthesize_voices(
-                self.probe_text, voices, backend=self.backend, precision=self.precision, runner=self.runner,
+                self.probe_text, voices, speed=speed, backend=self.backend, precision=self.precision,
+                runner=self.runner,
                 map_fn=self.pool.map if self.workers > 1 else None)]
             if len(self._speech) + len(missing) > 32:
                 self._speech.clear()
@@ -189,7 +200,7 @@ class ProbeScorer:
         return max(zip(values, curves), key=lambda item: item[0])  # the first best, as the sequential max
 
     def _scored_many(self, candidates: list[Candidate]) -> list[tuple[float, np.ndarray | None]]:
-        keys = [self._key(*c) for c in candidates]
+        keys = [self._key(*c, self.speed) for c in candidates]
         missing = list(dict.fromkeys(k for k in keys if k not in self._eq))
         if missing:
             first = {k: c for k, c in zip(keys, candidates)}
@@ -270,9 +281,10 @@ def _save_probe_pitches(pitches: dict[str, float]) -> None:
 def bundled_voice_pitches(voices: dict[str, np.ndarray], probe_text: str, backend: str = "auto",
                           precision: str = "auto", speak: Callable[[np.ndarray], np.ndarray] | None = None,
                           progress: Callable[[], None] | None = None) -> dict[str, float]:
-    """voice name -> median pitch (Hz) of its probe speech, from the disk cache or measured (and cached).
+    """voice name -> median pitch (Hz) of its probe speech at the normal speaking rate, from the disk
+    cache or measured (and cached).
 
-    speak(pack) -> 24 kHz speech of the probe at the voice's own pitch (default: synthesize it)."""
+    speak(pack) -> 24 kHz speech of the probe at the voice's own pitch, speed 1 (default: synthesize it)."""
     if speak is None:
         def speak(pack: np.ndarray) -> np.ndarray:
             return synthesize_speech(probe_text, voice_pack=pack, backend=backend, precision=precision).waveform
@@ -337,6 +349,8 @@ def without_fitted_voice(speaker: SpeakerProfile) -> SpeakerProfile:
 # The fitted voice's median pitch must be within +-15 % of the speaker's (issue 18); the search keeps
 # it within ~6 % by construction (imitation.PITCH_*); if the measured pitch of the result is further
 # off than this (a voice whose timbre offset moved its pitch), the f0 scale is corrected once.
+# The check reads the search's own probe speech (no extra synthesis); spoken at SEARCH_SPEED it reads
+# 1-6 % higher than at speed 1 (RESULTS_voice.md), well inside the +-15 % promise.
 PITCH_CHECK_TOL = 1.08
 KEY_FITTED_PITCH = "imitation_pitch_hz"  # median F0 of the fitted voice's probe speech
 
@@ -381,9 +395,11 @@ def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.nda
         if n_pitch > 1:  # the voices whose probe pitch is not cached yet are spoken together
             cached = _load_probe_pitches()
             scorer.speech_many([(pack, 1.0, 1.0) for pack in voices.values()
-                                if _probe_pitch_key(pack, scorer.probe_text, backend, precision) not in cached])
+                                if _probe_pitch_key(pack, scorer.probe_text, backend, precision) not in cached],
+                               speed=1.0)
+        # at speed 1, as the user hears the voice (faster speech reads 1-6 % higher, RESULTS_voice.md)
         voice_pitch = bundled_voice_pitches(voices, scorer.probe_text, backend, precision,
-                                            speak=lambda pack: scorer.speech(pack, 1.0),
+                                            speak=lambda pack: scorer.speech(pack, 1.0, speed=1.0),
                                             progress=lambda: report(done + 1))
         pitch_match = {name: target_pitch / p for name, p in voice_pitch.items() if np.isfinite(p) and p > 0}
     start = done
@@ -441,5 +457,6 @@ def settings_key(budget: int, seed: int, lang: str) -> str:
     # v2: the search also fits pitch. v3: two-sentence probe, pitch prior on the base voice, spectral EQ.
     # v4: formant scale, EQ chosen per candidate from power/log-domain curves at three strengths.
     # v5: pitch kept within +-15 % of the speaker's (base voices by pitch, pitch search bounded, checked).
+    # v6: the probe is spoken at SEARCH_SPEED during the search (other scores, so other voices).
     # Voices fitted by older versions are refitted.
-    return f"v5;budget={budget};seed={seed};lang={lang}"
+    return f"v6;budget={budget};seed={seed};lang={lang}"

@@ -57,9 +57,10 @@ FORMANT_STEP = 0.04
 # Early stop: the ES gives up after this many generations in a row without a better voice (its step
 # has shrunk to 0.7^3 = 1/3 by then); part of the first-use time budget (issue 18: fit <= 60 s).
 PATIENCE = 3
-# Syntheses per fit. v4 used 24 (budget 40 gained nothing: +0.080 vs +0.078 held-out); 16 plus the
-# early stop keeps a first-use fit near a minute on a 2-core CPU (issue 18), see RESULTS_voice.md.
-DEFAULT_BUDGET = 16
+# Syntheses per fit. v4 used 24 (budget 40 gained nothing: +0.080 vs +0.078 held-out); v5 16 plus the
+# early stop. v6 14, with the probe spoken faster (clone.SEARCH_SPEED): together they bring a
+# first-use fit under a minute on the 2-core CPU (issue 18), see RESULTS_voice.md.
+DEFAULT_BUDGET = 14
 
 Scorer = Callable[[np.ndarray, float, float], float]  # (voice pack, f0 scale, formant scale) -> similarity
 Candidate = tuple[np.ndarray, float, float]  # (voice pack, f0 scale, formant scale)
