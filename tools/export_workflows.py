@@ -42,7 +42,7 @@ SETUP_LINE = ("**First time?** Run `python -m digital_human setup` once: it inst
               "Then press **Run**, or upload your own files in the nodes named below.")
 VOICE_TEXT = ("**Voice** (Load Reference Audio): upload a clip of the person speaking - 3 s to 10 min of one "
               "voice (wav, mp3, m4a, flac, ogg); 10-30 s of clear speech works best. The first run of a new clip "
-              "fits a voice (24 short syntheses: a few minutes on a CPU), later runs reuse it from the cache. "
+              "fits a voice (14 short syntheses: about a minute on a 2-core CPU), later runs reuse it from the cache. "
               "Type the text in **TTS in Cloned Voice** (English or Mandarin).")
 PHOTO_TEXT = ("**Face** (Load Image): upload a frontal photo with one clear face (png, jpg). The **Frame Rate** "
               "node is the one clock every video node reads.")

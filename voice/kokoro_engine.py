@@ -5,6 +5,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .imitation import DEFAULT_BUDGET
 from .speaker import SpeakerProfile
 from .tts import SAMPLE_RATE, SpeechResult, synthesize_speech
 
@@ -18,7 +19,7 @@ class KokoroEngine:
         return None
 
     def prepare_speaker(self, prepared: Any, transcript: str = "", speaker: SpeakerProfile | None = None,
-                        budget: int = 24, seed: int = 0, backend: str = "auto", **_: Any) -> SpeakerProfile:
+                        budget: int = DEFAULT_BUDGET, seed: int = 0, backend: str = "auto", **_: Any) -> SpeakerProfile:
         from .clone import fit_voice
 
         if speaker is None:
