@@ -87,11 +87,29 @@ def test_a_video_decoded_on_demand_saves_the_arrays_an_in_memory_clip_saves(data
     lazy = align_faces(frames, frames.fps, runners=face_runners)
     whole = align_faces(np.asarray(frames), frames.fps, runners=face_runners)
     assert isinstance(lazy.landmarks, RowSpool) and isinstance(whole.landmarks, np.ndarray)
-    paths = [t.save_npz(tmp_path / f"{name}.npz", include_frames=False) for name, t in (("lazy", lazy), ("whole", whole))]
+    paths = [t.save_npz(tmp_path / f"{name}.npz", include_frames=False)
+             for name, t in (("lazy", lazy), ("whole", whole))]
     with np.load(paths[0], allow_pickle=False) as a, np.load(paths[1], allow_pickle=False) as b:
         assert sorted(a.files) == sorted(b.files)
         for name in a.files:
-            assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
+            assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
+            assert np.array_equal(a[name], b[name]), name
     back = FaceTrack.load_npz(paths[0], frames=frames)
     assert np.array_equal(back.landmarks, np.asarray(lazy.landmarks))
     assert np.array_equal(lazy.subset([0, 39]).landmarks, whole.landmarks[[0, 39]])
+
+
+def test_a_video_file_saved_with_one_element_scalars_still_loads(tmp_path):
+    """Videos aligned before the streaming writer kept scalars 0-d hold version, fps, ... as shape (1,)."""
+    from digital_human.vision.faces import NPZ_VERSION, FaceTrack
+
+    n = 3
+    arrays = {"version": np.array([NPZ_VERSION]), "fps": np.array([25.0]), "crop_size": np.array([64]),
+              "found": np.ones(n, bool), "boxes": np.zeros((n, 4), np.float32),
+              "landmarks": np.zeros((n, 468, 3), np.float32), "affines": np.zeros((n, 2, 3)),
+              "presence": np.ones(n, np.float32), "crops": np.zeros((n, 64, 64, 3), np.uint8),
+              "interpolated_count": np.array([0]), "warnings": np.array([], dtype=str), "face_index": np.array([0]),
+              "expand": np.array([0.35]), "scene_cuts": np.array([], np.int64), "max_faces_seen": np.array([1])}
+    np.savez(tmp_path / "old.npz", **arrays)
+    track = FaceTrack.load_npz(tmp_path / "old.npz", frames=np.zeros((n, 8, 8, 3), np.uint8))
+    assert track.fps == 25.0 and track.crop_size == 64 and track.expand == 0.35 and len(track) == n

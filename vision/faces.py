@@ -149,6 +149,7 @@ class FaceTrack:
     def load_npz(cls, path: str | Path, frames: np.ndarray | None = None) -> "FaceTrack":
         """Load a saved track; `frames` must be given if it was saved without them."""
         with np.load(Path(path), allow_pickle=False) as z:
+            z = _ScalarsOfOldFiles(z)
             if int(z["version"]) != NPZ_VERSION:
                 raise ValueError(f"{path}: DH_FACES file version {int(z['version'])}, expected {NPZ_VERSION}; "
                                  "run FaceAlign again to regenerate it")
@@ -162,6 +163,22 @@ class FaceTrack:
                        warnings=[str(s) for s in z["warnings"]], face_index=int(z["face_index"]),
                        expand=float(z["expand"]), scene_cuts=[int(c) for c in z["scene_cuts"]],
                        max_faces_seen=int(z["max_faces_seen"]))
+
+
+class _ScalarsOfOldFiles:
+    """A loaded .npz whose one-value entries read as 0-d arrays: files of videos saved before the streaming
+    writer kept scalars 0-d hold them as shape (1,), which int()/float() refuse; the arrays are the same."""
+    _SCALARS = ("version", "fps", "crop_size", "interpolated_count", "face_index", "expand", "max_faces_seen")
+
+    def __init__(self, z) -> None:
+        self._z = z
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._z
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        value = self._z[name]
+        return value.reshape(()) if name in self._SCALARS and value.shape == (1,) else value
 
 
 def _float32_rows(values):
@@ -183,7 +200,10 @@ def _savez_streaming(handle, arrays: dict) -> None:
         for name, value in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
                 if isinstance(value, np.ndarray):
-                    np.lib.format.write_array(member, np.ascontiguousarray(value), allow_pickle=False)
+                    # not np.ascontiguousarray: it turns a 0-d scalar (version, fps, ...) into shape (1,), which
+                    # load_npz's int()/float() refused; np.savez keeps shape ()
+                    value = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+                    np.lib.format.write_array(member, value, allow_pickle=False)
                     continue
                 header = {"descr": np.lib.format.dtype_to_descr(np.dtype(value.dtype)), "fortran_order": False,
                           "shape": tuple(int(d) for d in value.shape)}
