@@ -105,14 +105,57 @@ def landmark_box(landmarks: np.ndarray) -> np.ndarray:
     return np.concatenate([xy.min(-2), xy.max(-2)], axis=-1)
 
 
-def _detect_verified(frame: np.ndarray, run_det: Runner, run_mesh: Runner, min_presence: float,
-                     skip_near: np.ndarray | None = None,
-                     detector: Callable[[np.ndarray], list[FaceBox]] | None = None,
+class FaceOps:
+    """The tracker's two model calls on one frame. This one calls the runners (any backend) through
+    engines.face.detect; DeviceOps keeps the frame on the GPU (torch CUDA runners)."""
+
+    def __init__(self, run_det: Runner, run_mesh: Runner,
+                 detector: Callable[[np.ndarray], list[FaceBox]] | None = None):
+        self.run_det, self.run_mesh, self.detector = run_det, run_mesh, detector
+
+    def detect(self, frame: np.ndarray) -> list[FaceBox]:
+        return self.detector(frame) if self.detector is not None else detect_faces(frame, self.run_det)
+
+    def landmarks(self, frame: np.ndarray, box: FaceBox) -> tuple[np.ndarray, float]:
+        return face_landmarks(frame, box, self.run_mesh)
+
+
+class DeviceOps(FaceOps):
+    """FaceOps with each frame uploaded once and each call one CUDA graph replay (engines.face.device_track:
+    the same results up to float rounding); a custom detector still replaces the MediaPipe one."""
+
+    def __init__(self, models, run_det: Runner, run_mesh: Runner,
+                 detector: Callable[[np.ndarray], list[FaceBox]] | None = None):
+        super().__init__(run_det, run_mesh, detector)
+        self.models = models
+
+    def detect(self, frame: np.ndarray) -> list[FaceBox]:
+        return self.detector(frame) if self.detector is not None else self.models.detect(frame)
+
+    def landmarks(self, frame: np.ndarray, box: FaceBox) -> tuple[np.ndarray, float]:
+        return self.models.landmarks(frame, box, self.run_mesh)
+
+
+def face_ops(frames, runners: tuple[Runner, Runner],
+             detector: Callable[[np.ndarray], list[FaceBox]] | None = None) -> FaceOps:
+    """DeviceOps where the runners are torch on CUDA and there is more than one frame to track (a photo's one
+    detection is not worth capturing graphs for), else FaceOps."""
+    run_det, run_mesh = runners
+    if len(frames) > 1 and getattr(run_mesh, "device", None) is not None:
+        from ..engines.face.device_track import device_face_models
+
+        models = device_face_models(runners, *frames.shape[1:3])
+        if models is not None:
+            return DeviceOps(models, run_det, run_mesh, detector)
+    return FaceOps(run_det, run_mesh, detector)
+
+
+def _detect_verified(frame: np.ndarray, ops: FaceOps, min_presence: float, skip_near: np.ndarray | None = None,
                      ) -> list[tuple[FaceBox, np.ndarray, float]]:
     """Detections confirmed by the mesh presence score, largest (mesh extent) first. Boxes whose centre lies
-    inside `skip_near` (the tracked face's box) are returned unverified (the track vouches). `detector`
-    replaces the MediaPipe detector (e.g. insightface SCRFD); the mesh still verifies every box."""
-    found = detector(frame) if detector is not None else detect_faces(frame, run_det)
+    inside `skip_near` (the tracked face's box) are returned unverified (the track vouches). A custom
+    detector in `ops` (e.g. insightface SCRFD) replaces the MediaPipe one; the mesh still verifies every box."""
+    found = ops.detect(frame)
     boxes = sorted(found, key=lambda b: -b.width * b.height)[:MAX_FACES_CHECKED]
     out = []
     for box in boxes:
@@ -120,7 +163,7 @@ def _detect_verified(frame: np.ndarray, run_det: Runner, run_mesh: Runner, min_p
         if skip_near is not None and skip_near[0] < cx < skip_near[2] and skip_near[1] < cy < skip_near[3]:
             out.append((box, None, 1.0))
             continue
-        lm, p = face_landmarks(frame, box, run_mesh)
+        lm, p = ops.landmarks(frame, box)
         if p >= min_presence:
             out.append((box, lm, p))
 
@@ -131,12 +174,12 @@ def _detect_verified(frame: np.ndarray, run_det: Runner, run_mesh: Runner, min_p
     return sorted(out, key=lambda f: -area(f))
 
 
-def _refined(frame: np.ndarray, faces: list, run_mesh: Runner, min_presence: float) -> list:
+def _refined(frame: np.ndarray, faces: list, ops: FaceOps, min_presence: float) -> list:
     """Re-run the mesh on each face's region from its own landmarks (as on tracked frames, so a
     detection frame does not frame the face differently and twitch), then sort by that size."""
     out = []
     for box, lm0, p0 in faces:
-        lm, p = mesh_from_landmarks(frame, lm0, run_mesh)
+        lm, p = ops.landmarks(frame, roi_from_landmarks(lm0))
         out.append((box, lm, p) if p >= min_presence else (box, lm0, p0))
     return sorted(out, key=lambda f: -float(np.prod(np.diff(landmark_box(f[1]).reshape(2, 2), axis=0))))
 
@@ -234,10 +277,10 @@ def _track_faces(frames: np.ndarray, runners: tuple[Runner, Runner], *, stride: 
     # cuts are found while tracking (one pass over the frames: a long video is decoded once)
     raw = RawTrack(found, landmarks, presence, scene_cuts=[])
     cut_detector = CutDetector(frames.shape[2])
+    ops = face_ops(frames, (run_det, run_mesh), detector)
     read_ahead = ReadAhead(frames, n) if n > 1 and callable(getattr(frames, "frame", None)) else None
     try:
-        _track(frames, n, raw, cut_detector, run_det, run_mesh, stride, face_index, min_presence, progress,
-               detector, read_ahead)
+        _track(frames, n, raw, cut_detector, ops, stride, face_index, min_presence, progress, read_ahead)
     finally:
         if read_ahead is not None:
             read_ahead.close()
@@ -253,9 +296,8 @@ def new_landmarks(frames, n: int) -> np.ndarray | RowSpool:
     return np.full((n, 468, 3), np.nan, np.float32)
 
 
-def _track(frames, n: int, raw: RawTrack, cut_detector: CutDetector, run_det: Runner, run_mesh: Runner,
-           stride: int, face_index: int, min_presence: float, progress: Progress | None,
-           detector: Callable[[np.ndarray], list[FaceBox]] | None, read_ahead: ReadAhead | None) -> None:
+def _track(frames, n: int, raw: RawTrack, cut_detector: CutDetector, ops: FaceOps, stride: int, face_index: int,
+           min_presence: float, progress: Progress | None, read_ahead: ReadAhead | None) -> None:
     """track_faces' loop over the frames, filling `raw`."""
     found, landmarks, presence = raw.found, raw.landmarks, raw.presence
     prev: np.ndarray | None = None      # landmarks of the previous frame (tracking)
@@ -268,17 +310,16 @@ def _track(frames, n: int, raw: RawTrack, cut_detector: CutDetector, run_det: Ru
             prev = last = None
         lm, p = None, 0.0
         if prev is not None:
-            lm, p = mesh_from_landmarks(frame, prev, run_mesh)
+            lm, p = ops.landmarks(frame, roi_from_landmarks(prev))
             if p < min_presence:
                 lm = None
         if lm is None or t - last_detect >= stride:
             last_detect = t
             raw.detections += 1
-            faces = _detect_verified(frame, run_det, run_mesh, min_presence,
-                                     skip_near=landmark_box(lm) if lm is not None else None, detector=detector)
+            faces = _detect_verified(frame, ops, min_presence, skip_near=landmark_box(lm) if lm is not None else None)
             raw.faces_seen.append(len(faces))
             if lm is None and faces:
-                faces = _refined(frame, faces, run_mesh, min_presence)
+                faces = _refined(frame, faces, ops, min_presence)
                 pick = _closest(faces, last) if last is not None else None
                 if pick is None and face_index < len(faces):
                     pick = face_index

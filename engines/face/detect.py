@@ -304,6 +304,10 @@ def engine_runner(spec: object, backend: str = "auto", precision: str = "auto") 
         import torch
 
         run.device = torch.device("cuda")  # type: ignore[attr-defined]
+        # the runner loaded now (reloaded if it was released): the face tracker takes its module to replay
+        # sampling + network as one CUDA graph per call (device_track.py)
+        run.live = lambda: loader.get(spec, backend=backend, precision=precision,  # type: ignore[attr-defined]
+                                      stage="face")
     return run
 
 
