@@ -8,10 +8,13 @@ chunk while they are pasted back, smoothed (strength 0.5, the CLI's default) and
 (render_talking_video: paste-back, smoothing and YUV on the GPU, encoding overlapped). Wall time from the
 speech file to the closed MP4, per stage too.
 
-A setting is precision[:compile][:graphs|:nographs] (precision: fp16, the CUDA default, bf16 or fp32, the
-baseline; compile: the DIGITAL_HUMAN_MUSETALK_COMPILE=1 path, torch.compile of the generation step and the VAE
-encoder; graphs / nographs: DIGITAL_HUMAN_MUSETALK_GRAPHS=1 / 0, the step and encoder replayed from CUDA graphs
-on the pipeline's own stream - unset, the code's default: on when compiling). Each setting
+A setting is precision[:compile][:graphs|:nographs][:serial][:facepercall] (precision: fp16, the CUDA default,
+bf16 or fp32, the baseline; compile: the DIGITAL_HUMAN_MUSETALK_COMPILE=1 path, torch.compile of the generation
+step and the VAE encoder; graphs / nographs: DIGITAL_HUMAN_MUSETALK_GRAPHS=1 / 0, the step and encoder replayed
+from CUDA graphs on the pipeline's own stream - unset, the code's default: on when compiling; serial: the
+renderer reads each batch before queueing the next (launch_ahead off, as before session 9); facepercall: the
+face tracker calls the face models per call with the region uploaded each time (vision.track.FaceOps, as before
+session 9) instead of the frame kept on the GPU and one graph per call). Each setting
 runs in a fresh process: its first run is the cold run (CUDA context, the face models' and MuseTalk's first
 load; with compile, the compilation: compile_s is the pipeline's own compile_seconds + encode_compile_seconds),
 then one warm-up and --repeats warm runs (models loaded; median and spread).
@@ -124,8 +127,9 @@ class Timeline:
         self._undo.clear()
 
 
-def run_once(face: Path, speech: Path, out: Path, precision: str, torch) -> dict:
-    """One speech file + face video -> MP4 on the headless path; seconds per stage, peak GPU MiB."""
+def run_once(face: Path, speech: Path, out: Path, precision: str, torch, serial: bool = False) -> dict:
+    """One speech file + face video -> MP4 on the headless path; seconds per stage, peak GPU MiB.
+    serial: the MuseTalk renderer's launch_ahead off."""
     from digital_human.audio import decode_audio
     from digital_human.cli import HEADLESS_MAX_SPEECH_SECONDS, StageTimer, _faces_from_file, _seconds
     from digital_human.talking_head.registry import generate_crops
@@ -144,6 +148,9 @@ def run_once(face: Path, speech: Path, out: Path, precision: str, torch) -> dict
                                          model="musetalk")  # the crop size the CLI picks for this model
         gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, "musetalk", fps, backend="auto",
                         precision=precision, streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
+        renderer = getattr(gen.render, "__self__", None)
+        if serial and hasattr(renderer, "launch_ahead"):
+            renderer.launch_ahead = False
         timeline.wrap_render(gen)
         t_video = timeline.now()
         result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5)
@@ -216,7 +223,7 @@ def one_setting(args: argparse.Namespace) -> dict:
     import torch
 
     precision, *mode = args.one.split(":")
-    unknown = set(mode) - {"compile", "graphs", "nographs"}
+    unknown = set(mode) - {"compile", "graphs", "nographs", "serial", "facepercall"}
     if unknown:
         raise SystemExit(f"unknown setting parts {sorted(unknown)} in {args.one!r}")
     compiled = "compile" in mode
@@ -224,6 +231,10 @@ def one_setting(args: argparse.Namespace) -> dict:
     os.environ.pop(GRAPHS_ENV, None)
     if "graphs" in mode or "nographs" in mode:
         os.environ[GRAPHS_ENV] = "1" if "graphs" in mode else "0"
+    if "facepercall" in mode:
+        from digital_human.vision import track
+
+        track.face_ops = lambda frames, runners, detector=None: track.FaceOps(*runners, detector)
     t_imported = time.perf_counter()
     runs = []
     avatar = not args.no_avatar and clear_avatar()
@@ -234,7 +245,7 @@ def one_setting(args: argparse.Namespace) -> dict:
             if kind != "repeat":
                 clear_avatar() if avatar else None
             runs.append({"kind": kind, **run_once(args.face, args.speech, Path(tmp) / f"out_{i}.mp4", precision,
-                                                  torch)})
+                                                  torch, serial="serial" in mode)})
             print(json.dumps({"setting": args.one, "run": i, **runs[-1]}), flush=True)
     if args.sample:
         save_sample(args.face, args.speech, precision, Path(args.sample))

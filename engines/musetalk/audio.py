@@ -90,8 +90,10 @@ class FrameWindows:
     def __call__(self, start: int, stop: int) -> Any:
         import torch
 
+        from .pipeline import upload
+
         index = self.starts[start:stop, None] + np.arange(self.window)[None, :]
-        clips = self.padded[torch.as_tensor(index, device=self.padded.device)]  # [k, window, layers, 384]
+        clips = self.padded[upload(torch.from_numpy(index), self.padded.device)]  # [k, window, layers, 384]
         return clips.reshape(len(index), self.window * clips.shape[2], clips.shape[3])
 
 

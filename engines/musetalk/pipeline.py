@@ -54,6 +54,22 @@ GRAPHS_ENV = "DIGITAL_HUMAN_MUSETALK_GRAPHS"  # "1"/"0": graphs=None means on/of
 log = logging.getLogger("digital_human.musetalk")
 
 
+def upload(x: Any, device: Any, dtype: Any = None) -> Any:
+    """A CPU tensor on `device` (and in `dtype`, converted there: the same values as converting first), the copy
+    only queued on the current stream. From pageable memory CUDA waits for everything queued on the stream
+    before it copies, so a renderer that queues its next batch behind the one the GPU is running would wait for
+    that one at every upload (crops, noise, audio windows); through pinned memory it does not (torch's pinned
+    allocator keeps the block until the copy is done)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and x.device.type == "cpu":
+        x = x.pin_memory().to(device, non_blocking=True)
+    else:
+        x = x.to(device)
+    return x if dtype is None else x.to(dtype)
+
+
 def _quantise(image: Any) -> Any:
     """uint8 [B, H, W, 3] on image's device from float [B, 3, H, W] in 0..1: float32 x 255, then round half
     to even (torch.round, as numpy's), the reference's arithmetic in the same order."""
@@ -317,7 +333,7 @@ class MuseTalkPipeline:
             raise ValueError(f"MuseTalk crops must be [B, {CROP}, {CROP}, 3] RGB, got {crops.shape}")
         with torch.inference_mode(), self._on_stream():
             if self.device.type == "cuda":  # one upload of the uint8 crops; the float conversion there
-                crops = torch.from_numpy(np.ascontiguousarray(crops)).to(self.device)
+                crops = upload(torch.from_numpy(np.ascontiguousarray(crops)), self.device)
             out = [self._moments(self._pixels(crops, half).to(self.device, self.dtype)) for half in (True, False)]
             noise_m, noise_r = [], []
             for _ in range(len(crops)):
@@ -326,7 +342,7 @@ class MuseTalkPipeline:
                 noise_r.append(torch.randn(out[1][0].shape[1:], generator=g, dtype=torch.float32))
             lat = []
             for (mean, std), noise in zip(out, (noise_m, noise_r)):
-                sample = mean + std * torch.stack(noise).to(self.device, mean.dtype)
+                sample = mean + std * upload(torch.stack(noise), self.device, mean.dtype)
                 lat.append(self.scaling * sample)
             return torch.cat(lat, dim=1)
 
@@ -432,10 +448,10 @@ class MuseTalkPipeline:
     def _inputs(self, latents: Any, windows: Any) -> tuple[Any, Any]:
         import torch
 
-        latents = latents.to(self.device, self.dtype)
+        latents = upload(latents, self.device, self.dtype)
         if self.channels_last:
             latents = latents.contiguous(memory_format=torch.channels_last)
-        return latents, windows.to(self.device, self.dtype)
+        return latents, upload(windows, self.device, self.dtype)
 
     def unet_step(self, latents: Any, windows: Any) -> Any:
         """Predicted latents [B, 4, 32, 32] from input latents [B, 8, 32, 32] and windows [B, L, 384]."""

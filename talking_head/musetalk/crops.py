@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -98,6 +99,7 @@ def mask_note(source: str, parsing_file: Path | None, root: Path, asked: str | N
 
 
 _POOL: Any = None
+_MASK_POOL: Any = None
 _POOL_LOCK = threading.Lock()
 
 # face-mesh paste masks of reference frames kept between requests, by content key (ref_key): a repeat
@@ -143,8 +145,8 @@ def clear_avatar_caches() -> None:
 
 
 def _pool():
-    """The process's one ThreadPoolExecutor for renderers' face crops and masks (threads start on first use
-    and stay for the next video; the crop thread and the paste thread both submit to it)."""
+    """The process's one ThreadPoolExecutor for renderers' face crops (threads start on first use and stay for
+    the next video; the crop thread and the paste thread both submit to it)."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
@@ -152,6 +154,19 @@ def _pool():
 
             _POOL = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="dh-musetalk")
         return _POOL
+
+
+def _mask_pool():
+    """The paste masks' own pool: a first request's paste region asks for every reference frame's mask while
+    the renderer already makes the first batches (render_video), and in one FIFO pool the renderer's crops
+    would queue behind a hundred masks."""
+    global _MASK_POOL
+    with _POOL_LOCK:
+        if _MASK_POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _MASK_POOL = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="dh-musetalk-masks")
+        return _MASK_POOL
 
 
 class _MuseTalkRenderer:
@@ -178,6 +193,9 @@ class _MuseTalkRenderer:
         self._video_key = frames_key(track.frames)
         self._ref_keys: dict[int, Any] = {}
         self._ahead: tuple[int, int, Any] | None = None  # (start, stop, future) of the next batch's crops
+        self._next: _Launched | None = None  # the next batch, already queued on the device (render)
+        # on the CPU the networks run inside the launch: queueing ahead would only reorder the same work
+        self.launch_ahead = getattr(getattr(pipe, "device", None), "type", "cpu") == "cuda"
         self.latents = None
         if self._video_key is None:
             from ...engines.musetalk.pipeline import LatentCache
@@ -246,13 +264,13 @@ class _MuseTalkRenderer:
         k = int(0.05 * (xe - xs) // 2 * 2) + 1
         return np.clip(cv2.GaussianBlur(m, (k, k), 0), 0.0, 1.0)
 
-    def _map(self, fn: Callable[[int], Any], items: list[int]) -> list:
-        """fn over items on the renderer's thread pool (OpenCV's resizes, fills and blurs release the GIL:
-        a 10-s clip's 256 face crops took 0.38 s one at a time on an H200 host, 0.09 s here; the masks,
+    def _map(self, fn: Callable[[int], Any], items: list[int], pool: Any = None) -> list:
+        """fn over items on the renderer's thread pool, or `pool` (OpenCV's resizes, fills and blurs release the
+        GIL: a 10-s clip's 256 face crops took 0.38 s one at a time on an H200 host, 0.09 s here; the masks,
         mostly numpy, stayed at ~0.18 s)."""
         if len(items) < 4 or POOL_THREADS == 1:
             return [fn(r) for r in items]
-        return list(_pool().map(fn, items))
+        return list((pool or _pool()).map(fn, items))
 
     def _fill_masks(self, refs: list[int]) -> None:
         """Make the missing masks of `refs` (unique, in order) together, kept in the LRU (face-mesh masks of a
@@ -268,7 +286,7 @@ class _MuseTalkRenderer:
             misses = [r for r, m in kept.items() if m is None]
         make = self._parsing_mask if self.parser is not None else self._mesh_mask
         # BiSeNet runs on the device: one at a time (its own batching is per call)
-        made = [make(r) for r in misses] if self.parser is not None else self._map(make, misses)
+        made = [make(r) for r in misses] if self.parser is not None else self._map(make, misses, _mask_pool())
         for r, m in zip(misses, made):
             self._masks[r] = m
             if shared:
@@ -336,49 +354,108 @@ class _MuseTalkRenderer:
         self.timings["crops_made"] = self.timings.get("crops_made", 0.0) + made
         return out
 
+    def _launch(self, s: int, e: int) -> _Launched:
+        """Output frames s..e-1 queued on the device: their reference crops, the faces cut from the crops whose
+        latents are not kept, the encoder and the step on the pipeline's stream, and the generated faces' copy
+        back (into pinned memory on CUDA, so that queueing it waits for nothing). _finish waits for it."""
+        refs = [int(r) for r in self.idx[s:e]]
+        crops = self._crops(s, e)
+        t0 = time.perf_counter()
+        row = {r: i for i, r in enumerate(refs)}
+        keys = [self.ref_key(r) for r in refs]
+        frame_of = dict(zip(keys, refs))
+        misses = self.pipe.uncached(keys, self.latents)
+
+        def face(k: Any) -> np.ndarray:
+            r = frame_of[k]
+            return crop_face(crops[row[r]], self.box(r))
+
+        faces_in = dict(zip(misses, self._map(face, misses)))
+        t1 = time.perf_counter()
+        done = None
+        # on the pipeline's own CUDA stream when it has one (graphs): the paste-back's and the crop warps'
+        # work on the default stream neither waits behind this batch nor holds up its copy back
+        with self.pipe.stream_scope():
+            # a key dropped from the shared cache since uncached() (another request's batch) is made here
+            latents = self.pipe.reference_latents_batch(
+                keys, lambda k: faces_in[k] if k in faces_in else face(k), self.latents)
+            made = self.pipe.generate_device(latents, self.windows(s, e))
+            if made.device.type == "cuda":
+                import torch
+
+                made = made.to("cpu", non_blocking=True)  # pinned: the copy is queued, not waited for
+                done = torch.cuda.Event()
+                done.record()
+        t2 = time.perf_counter()
+        self._add(crop_face=t1 - t0, networks=t2 - t1)
+        return _Launched(s, e, refs, crops, made, done)
+
+    def _finish(self, batch: _Launched, out: np.ndarray, at: int) -> None:
+        """Wait for a launched batch and write its crops, with the generated faces resized into their boxes,
+        to out[at:]."""
+        t0 = time.perf_counter()
+        if batch.done is not None:
+            batch.done.synchronize()  # this batch's copy back; a batch queued after it may still run
+        faces = batch.made.cpu().numpy()
+        t1 = time.perf_counter()
+        out[at:at + len(batch.refs)] = batch.crops
+
+        def put(i: int) -> None:  # disjoint rows of `out`; OpenCV's resize releases the GIL
+            box = self.box(batch.refs[i])
+            out[at + i, box[1]:box[3], box[0]:box[2]] = resize_to_box(faces[i], box)
+
+        self._map(put, list(range(len(batch.refs))))
+        # networks = launch + wait; the wait apart says whether the device or the launching thread is slow
+        self._add(networks=t1 - t0, networks_wait=t1 - t0, paste_crop=time.perf_counter() - t1)
+
+    def _add(self, **seconds: float) -> None:
+        for name, dt in seconds.items():
+            self.timings[name] = self.timings.get(name, 0.0) + dt
+
+    def _stopping(self) -> bool:
+        return self.should_stop is not None and self.should_stop()
+
     def render(self, start: int, stop: int) -> tuple[np.ndarray, None]:
+        """Crops of output frames start..stop-1, in batches. On CUDA the next batch (of this call, or the next
+        call's first when calls step through the frames in equal ranges, as the headless path's do) is queued
+        on the device before this one's result is read, so the device never idles while this thread waits
+        for crops, cuts faces or resizes them into their crops (the same work in the same order on the
+        pipeline's stream: the same crops). A next call that asks for another range gets its own batches."""
         out = np.empty((stop - start, self.size, self.size, 3), np.uint8)
+        n = len(self.idx)
         for s in range(start, stop, self.batch_size):
-            if self.should_stop is not None and self.should_stop():
-                raise InterruptedError(f"musetalk talking head interrupted after {s} of {len(self.idx)} frames")
+            if self._stopping():
+                raise InterruptedError(f"musetalk talking head interrupted after {s} of {n} frames")
             e = min(s + self.batch_size, stop)
-            refs = [int(r) for r in self.idx[s:e]]
-            crops = self._crops(s, e)
-            t0 = time.perf_counter()
-            row = {r: i for i, r in enumerate(refs)}
-            keys = [self.ref_key(r) for r in refs]
-            frame_of = dict(zip(keys, refs))
-            misses = self.pipe.uncached(keys, self.latents)
-
-            def face(k: Any) -> np.ndarray:
-                r = frame_of[k]
-                return crop_face(crops[row[r]], self.box(r))
-
-            faces_in = dict(zip(misses, self._map(face, misses)))
-            t1 = time.perf_counter()
-            # on the pipeline's own CUDA stream when it has one (graphs): the paste-back's and the crop warps'
-            # work on the default stream neither waits behind this batch nor holds up its copy back
-            with self.pipe.stream_scope():
-                # a key dropped from the shared cache since uncached() (another request's batch) is made here
-                latents = self.pipe.reference_latents_batch(
-                    keys, lambda k: faces_in[k] if k in faces_in else face(k), self.latents)
-                made = self.pipe.generate_device(latents, self.windows(s, e))
-                t_launched = time.perf_counter()
-                faces = made.cpu().numpy()  # waits for the device
-            t2 = time.perf_counter()
-            out[s - start:e - start] = crops
-
-            def put(i: int) -> None:  # disjoint rows of `out`; OpenCV's resize releases the GIL
-                box = self.box(refs[i])
-                out[s - start + i, box[1]:box[3], box[0]:box[2]] = resize_to_box(faces[i], box)
-
-            self._map(put, list(range(len(refs))))
-            t3 = time.perf_counter()
-            # networks = launch + wait; the wait apart says whether the device or the launching thread is slow
-            for name, dt in (("crop_face", t1 - t0), ("networks", t2 - t1), ("networks_wait", t2 - t_launched),
-                             ("paste_crop", t3 - t2)):
-                self.timings[name] = self.timings.get(name, 0.0) + dt
+            batch, self._next = self._next, None
+            if batch is not None and (batch.s, batch.e) != (s, e):
+                batch.wait()  # another range: its latents are kept, its faces are not this call's
+                batch = None
+            if batch is None:
+                batch = self._launch(s, e)
+            if self.launch_ahead and not self._stopping():
+                s2 = e
+                e2 = min(s2 + self.batch_size, stop) if s2 < stop else min(s2 + min(self.batch_size, stop - start), n)
+                if s2 < e2:
+                    self._next = self._launch(s2, e2)
+            self._finish(batch, out, s - start)
         return out, None
+
+
+@dataclass
+class _Launched:
+    """A batch of _MuseTalkRenderer queued on the device: output frames s..e-1, their reference frames and
+    crops, the generated faces (a pinned host tensor filled once `done` has passed; on the CPU the faces)."""
+    s: int
+    e: int
+    refs: list[int]
+    crops: np.ndarray
+    made: Any
+    done: Any = None
+
+    def wait(self) -> None:
+        if self.done is not None:
+            self.done.synchronize()
 
 
 def musetalk_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
