@@ -76,3 +76,16 @@ def torch_cuda_usable() -> bool:
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+GPU_PIPELINING_ENV = "DIGITAL_HUMAN_GPU_PIPELINING"
+
+
+def gpu_pipelining_enabled() -> bool:
+    """Session 9's GPU-only paths (the face tracker's per-call CUDA graphs with the frame kept on the GPU, the
+    MuseTalk renderer queueing its next batch before reading the current one): written and tested on the CPU
+    with the switches forced, but never run on a GPU (no device was lent that session). Off unless
+    DIGITAL_HUMAN_GPU_PIPELINING=1, until a device run measures them and checks their frames."""
+    import os
+
+    return os.environ.get(GPU_PIPELINING_ENV, "").strip() == "1"

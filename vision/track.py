@@ -138,10 +138,13 @@ class DeviceOps(FaceOps):
 
 def face_ops(frames, runners: tuple[Runner, Runner],
              detector: Callable[[np.ndarray], list[FaceBox]] | None = None) -> FaceOps:
-    """DeviceOps where the runners are torch on CUDA and there is more than one frame to track (a photo's one
-    detection is not worth capturing graphs for), else FaceOps."""
+    """DeviceOps where the runners are torch on CUDA, there is more than one frame to track (a photo's one
+    detection is not worth capturing graphs for) and DIGITAL_HUMAN_GPU_PIPELINING=1 (not yet run on a GPU),
+    else FaceOps."""
+    from ..engines.devices import gpu_pipelining_enabled
+
     run_det, run_mesh = runners
-    if len(frames) > 1 and getattr(run_mesh, "device", None) is not None:
+    if len(frames) > 1 and getattr(run_mesh, "device", None) is not None and gpu_pipelining_enabled():
         from ..engines.face.device_track import device_face_models
 
         models = device_face_models(runners, *frames.shape[1:3])
