@@ -19,7 +19,7 @@ import queue
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -394,6 +394,19 @@ class ReadAhead:
 
 
 # --- transform parameters --------------------------------------------------------------------
+def _gaps_per_shot(n: int, found: np.ndarray, cuts: list[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(found frames to interpolate from, missing frames) of each shot with a gap, for fill_gaps."""
+    all_idx = np.flatnonzero(found)
+    for a, b in segments(n, cuts):
+        idx = np.flatnonzero(found[a:b]) + a
+        missing = np.flatnonzero(~found[a:b]) + a
+        if not missing.size:
+            continue
+        # no face in the whole shot (a cutaway, or one black/flash frame that the cut detector took for
+        # two cuts): bridge it from the found frames on either side
+        yield (idx if idx.size else all_idx), missing
+
+
 def fill_gaps(values: np.ndarray, found: np.ndarray, cuts: list[int], in_place: bool = False) -> np.ndarray:
     """Linear interpolation over time of [N, ...] values at frames where `found` is False, inside
     each shot; a shot's leading/trailing gaps hold its nearest value; a shot with no face at all
@@ -406,18 +419,8 @@ def fill_gaps(values: np.ndarray, found: np.ndarray, cuts: list[int], in_place: 
         values = np.array(values, dtype=np.float64, copy=True)
     elif not values.flags.c_contiguous:  # the reshape below must be a view; the result is what counts
         values = np.ascontiguousarray(values)
-    n = len(values)
-    flat = values.reshape(n, -1)
-    all_idx = np.flatnonzero(found)
-    for a, b in segments(n, cuts):
-        idx = np.flatnonzero(found[a:b]) + a
-        missing = np.flatnonzero(~found[a:b]) + a
-        if not missing.size:
-            continue
-        if not idx.size:
-            # no face in the whole shot (a cutaway, or one black/flash frame that the cut detector
-            # took for two cuts): bridge it from the found frames on either side
-            idx = all_idx
+    flat = values.reshape(len(values), -1)
+    for idx, missing in _gaps_per_shot(len(values), found, cuts):
         for j in range(flat.shape[1]):
             flat[missing, j] = np.interp(missing, idx, flat[idx, j])
     return values
@@ -428,15 +431,7 @@ def _fill_rows(values: RowSpool, found: np.ndarray, cuts: list[int]) -> RowSpool
     memory). np.interp over a shot's found frames only uses the two that bracket a missing frame (or the
     nearest one at either end), so each run is interpolated from those two rows alone: the same values
     (same np.interp call per column) as fill_gaps on an ndarray."""
-    n = len(values)
-    all_idx = np.flatnonzero(found)
-    for a, b in segments(n, cuts):
-        idx = np.flatnonzero(found[a:b]) + a
-        missing = np.flatnonzero(~found[a:b]) + a
-        if not missing.size:
-            continue
-        if not idx.size:
-            idx = all_idx
+    for idx, missing in _gaps_per_shot(len(values), found, cuts):
         for start, stop in runs(missing):  # no found frame inside a run of missing ones
             k = int(np.searchsorted(idx, start))
             xp = idx[max(0, k - 1):k + 1]  # the found frames before and after (one at either end of a shot)
