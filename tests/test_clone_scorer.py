@@ -12,6 +12,7 @@ def _scorer(spectra, similarity):
     scorer = clone.ProbeScorer.__new__(clone.ProbeScorer)  # no models: speech and similarity are faked
     scorer.reference_ltas = spectra
     scorer._speech, scorer._eq = {}, {}
+    scorer.speed = clone.SEARCH_SPEED  # set by __init__ (the probe's speaking rate, part of the cache keys)
     rng = np.random.default_rng(0)
     wave = (rng.standard_normal(2 * SR) * 0.1).astype(np.float32)
     scorer.speech = lambda pack, f0, formant=1.0: wave
