@@ -228,7 +228,7 @@ def one_setting(args: argparse.Namespace) -> dict:
         raise SystemExit(f"unknown setting parts {sorted(unknown)} in {args.one!r}")
     compiled = "compile" in mode
     os.environ[COMPILE_ENV] = "1" if compiled else "0"
-    # session 9's GPU paths are opt-in until measured: on here, so serial / facepercall A/B against them
+    # the pipelined GPU paths on (the default), so serial / facepercall A/B against them
     os.environ["DIGITAL_HUMAN_GPU_PIPELINING"] = "1"
     os.environ.pop(GRAPHS_ENV, None)
     if "graphs" in mode or "nographs" in mode:

@@ -82,10 +82,9 @@ GPU_PIPELINING_ENV = "DIGITAL_HUMAN_GPU_PIPELINING"
 
 
 def gpu_pipelining_enabled() -> bool:
-    """Session 9's GPU-only paths (the face tracker's per-call CUDA graphs with the frame kept on the GPU, the
-    MuseTalk renderer queueing its next batch before reading the current one): written and tested on the CPU
-    with the switches forced, but never run on a GPU (no device was lent that session). Off unless
-    DIGITAL_HUMAN_GPU_PIPELINING=1, until a device run measures them and checks their frames."""
+    """The face tracker's per-call CUDA graphs with the frame kept on the GPU, and the MuseTalk renderer
+    queueing its next batch before reading the current one. On by default; DIGITAL_HUMAN_GPU_PIPELINING=0 runs the
+    per-call tracker and the serial renderer instead (the A/B of benchmarks/gpu_musetalk_video.py)."""
     import os
 
-    return os.environ.get(GPU_PIPELINING_ENV, "").strip() == "1"
+    return os.environ.get(GPU_PIPELINING_ENV, "").strip() != "0"

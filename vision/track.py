@@ -139,8 +139,7 @@ class DeviceOps(FaceOps):
 def face_ops(frames, runners: tuple[Runner, Runner],
              detector: Callable[[np.ndarray], list[FaceBox]] | None = None) -> FaceOps:
     """DeviceOps where the runners are torch on CUDA, there is more than one frame to track (a photo's one
-    detection is not worth capturing graphs for) and DIGITAL_HUMAN_GPU_PIPELINING=1 (not yet run on a GPU),
-    else FaceOps."""
+    detection is not worth capturing graphs for) unless DIGITAL_HUMAN_GPU_PIPELINING=0, else FaceOps."""
     from ..engines.devices import gpu_pipelining_enabled
 
     run_det, run_mesh = runners

@@ -195,7 +195,7 @@ class _MuseTalkRenderer:
         self._ahead: tuple[int, int, Any] | None = None  # (start, stop, future) of the next batch's crops
         self._next: _Launched | None = None  # the next batch, already queued on the device (render)
         # on the CPU the networks run inside the launch: queueing ahead would only reorder the same work; on
-        # CUDA it is opt-in until a device run has measured it (engines.devices.gpu_pipelining_enabled)
+        # CUDA it is on unless switched off (engines.devices.gpu_pipelining_enabled)
         from ...engines.devices import gpu_pipelining_enabled
 
         self.launch_ahead = (getattr(getattr(pipe, "device", None), "type", "cpu") == "cuda"
