@@ -150,8 +150,8 @@ def _read_frames(path: Path, max_seconds: float, max_side: int | None = None, *,
     frames, fps, _ = load_face_frames(path, max_seconds, DEFAULT_MAX_SIDE if max_side is None else max_side)
     if is_photo(path) or not audio:
         return frames, fps, None
-    audio = read_video_audio(path) if probe_media(path).has_audio else None
-    return frames, fps, audio
+    sound = read_video_audio(path) if probe_media(path).has_audio else None
+    return frames, fps, sound
 
 
 def _align_frames(frames: Any, fps: float, *, crop_size: int = 256, expand: float = 0.35, face_index: int = 0,

@@ -134,22 +134,32 @@ def compare_trees(args) -> int:
                     f"{run['load_after']:.1f})")
                 runs[str(tree)].append(run)
         for tree, rs in runs.items():
-            rows.append({"clip": spec, "tree": tree, "pack": rs[0].get("pack"), "runs": rs,
-                         "median_s": statistics.median(r["seconds"] for r in rs),
-                         "min_s": min(r["seconds"] for r in rs), "max_s": max(r["seconds"] for r in rs),
-                         "median_cpu_s": statistics.median(r["cpu_s"] for r in rs)})
+            rows.append({"clip": spec, "tree": tree, "pack": rs[0].get("pack"), **_summary(rs)})
+    _report(rows, {"code": lambda row: row["tree"]}, args.json)
+    return 0
+
+
+def _summary(runs: list[dict]) -> dict:
+    seconds = [r["seconds"] for r in runs]
+    return {"runs": runs, "median_s": statistics.median(seconds), "min_s": min(seconds), "max_s": max(seconds),
+            "median_cpu_s": statistics.median(r["cpu_s"] for r in runs)}
+
+
+def _report(rows: list[dict], variant_columns: dict, json_path: Path | None) -> None:
+    """The markdown table (one row per clip and variant; `variant_columns`: header -> cell of a row) and the JSON."""
     print(f"nproc {os.cpu_count()}, load average at the end {os.getloadavg()}\n")
-    print("| clip | code | base voice | syntheses | fit s per run (load 1-min avg before) | median s (min-max) "
-          "| median CPU s |")
-    print("|---|---|---|---|---|---|---|")
+    headers = ["clip", *variant_columns, "base voice", "syntheses", "fit s per run (load 1-min avg before)",
+               "median s (min-max)", "median CPU s"]
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "---|" * len(headers))
     for row in rows:
         r0 = row["runs"][0]
         runs = ", ".join(f"{r['seconds']:.0f} ({r['load_before']:.1f})" for r in row["runs"])
-        print(f"| {row['clip']} | {row['tree']} | {r0['base_voice']} | {r0['syntheses']} | {runs} | "
-              f"{row['median_s']:.0f} ({row['min_s']:.0f}-{row['max_s']:.0f}) | {row['median_cpu_s']:.0f} |")
-    if args.json:
-        args.json.write_text(json.dumps({"nproc": os.cpu_count(), "rows": rows}, indent=2))
-    return 0
+        cells = [row["clip"], *(cell(row) for cell in variant_columns.values()), r0["base_voice"], r0["syntheses"],
+                 runs, f"{row['median_s']:.0f} ({row['min_s']:.0f}-{row['max_s']:.0f})", f"{row['median_cpu_s']:.0f}"]
+        print("| " + " | ".join(str(c) for c in cells) + " |")
+    if json_path:
+        json_path.write_text(json.dumps({"nproc": os.cpu_count(), "rows": rows}, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,20 +196,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{run['load_after']:.1f})")
                 runs[w].append(run)
         for w, rs in runs.items():
-            rows.append({"clip": spec, "workers": rs[0]["fit_workers"], "runs": rs,
-                         "median_s": statistics.median(r["seconds"] for r in rs),
-                         "median_cpu_s": statistics.median(r["cpu_s"] for r in rs)})
-    print(f"nproc {os.cpu_count()}, load average at the end {os.getloadavg()}\n")
-    print("| clip | workers | speech s | base voice | syntheses | fit s per run (load 1-min avg before) | median s "
-          "| median CPU s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        r0 = row["runs"][0]
-        runs = ", ".join(f"{r['seconds']:.0f} ({r['load_before']:.1f})" for r in row["runs"])
-        print(f"| {row['clip']} | {row['workers']} | {r0['speech_s']:.1f} | {r0['base_voice']} | {r0['syntheses']} | "
-              f"{runs} | {row['median_s']:.0f} | {row['median_cpu_s']:.0f} |")
-    if args.json:
-        args.json.write_text(json.dumps({"nproc": os.cpu_count(), "rows": rows}, indent=2))
+            rows.append({"clip": spec, "workers": rs[0]["fit_workers"], **_summary(rs)})
+    _report(rows, {"workers": lambda row: row["workers"],
+                   "speech s": lambda row: f"{row['runs'][0]['speech_s']:.1f}"}, args.json)
     return 0
 
 
