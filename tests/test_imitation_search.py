@@ -235,3 +235,72 @@ def test_search_is_deterministic_for_a_seed():
     _, seen_other = run(1)
     assert seen_other[:5] == seen_first[:5]  # bundled voices, formant steps, blend: no randomness
     assert seen_other != seen_first  # the ES children are drawn from the seed
+
+
+def test_a_female_base_voices_formants_only_go_down():
+    """v7 (issue 18, English intelligibility): on a base voice that speaks in the female range the
+    formant scale stays <= x1, even for a speaker whose score keeps rising with the formants (raising
+    jf_alpha's formants x1.07-x1.15 took its pocketsphinx WER from 0.75 to 0.96-0.97); a male voice
+    keeps the full range."""
+    from digital_human.voice.formant import FORMANT_RANGE, HIGH_VOICE_FORMANT_MAX, formant_range
+
+    assert HIGH_VOICE_FORMANT_MAX <= 1.0
+    assert formant_range(247.0) == (FORMANT_RANGE[0], HIGH_VOICE_FORMANT_MAX)  # jf_alpha on the probe
+    assert formant_range(87.8) == FORMANT_RANGE  # jm_kumo
+    assert formant_range(float("nan")) == FORMANT_RANGE  # pitch unknown: not limited
+    rng = np.random.default_rng(7)
+    voices = _voices(rng)
+    seen = []
+
+    def score(pack, f0, formant):
+        seen.append(formant)
+        return float(-abs(np.log(formant / 1.15)))  # this speaker's formants sit 15 % above every voice's
+
+    match = {name: 0.8 for name in voices}
+    free = imitate(voices, score, budget=14, seed=0, pitch_match=match)
+    assert free.formant_scale > 1.1
+    seen.clear()
+    female = {name: formant_range(247.0) for name in voices}
+    capped = imitate(voices, score, budget=14, seed=0, pitch_match=match, formant_limits=female)
+    assert capped.formant_scale <= HIGH_VOICE_FORMANT_MAX and max(seen) <= HIGH_VOICE_FORMANT_MAX
+    assert min(seen) < 1.0  # lowering is still searched
+    assert capped.evaluations <= 14
+
+
+def test_fit_limits_the_formants_of_a_base_voice_with_a_womans_pitch(monkeypatch):
+    """clone._fit reads each bundled voice's measured probe pitch and limits the formants of the
+    female ones (the search itself is faked: no models)."""
+    from digital_human.voice import clone
+    from digital_human.voice.formant import HIGH_VOICE_FORMANT_MAX
+    from digital_human.voice.speaker import SpeakerProfile
+    from digital_human.voice.tts import KEY_FORMANT
+
+    rng = np.random.default_rng(8)
+    voices = {"jf_a": _voices(rng)["v1"], "jm_b": _voices(rng)["v2"]}
+    probe_hz = {"jf_a": 247.0, "jm_b": 88.0}
+    monkeypatch.setattr(clone, "bundled_voices", lambda: voices)
+    monkeypatch.setattr(clone, "uncached_pitch_count", lambda *a, **k: 0)
+    monkeypatch.setattr(clone, "bundled_voice_pitches", lambda *a, **k: dict(probe_hz))
+    monkeypatch.setattr(clone, "median_pitch", lambda wave, sample_rate=24000: 205.0)
+
+    class Scorer:
+        probe_text = clone.PROBES["en"]
+
+        def __call__(self, pack, f0, formant=1.0):
+            return float(-abs(np.log(formant / 1.15)))
+
+        def speech(self, pack, f0, formant=1.0, speed=None):
+            return np.zeros(10, np.float32)
+
+        def eq(self, pack, f0, formant=1.0):
+            return None
+
+    emb = np.ones(256, np.float32) / 16
+    for speaker_hz, base, capped in ((205.0, "jf_a", True), (110.0, "jm_b", False)):
+        monkeypatch.setattr(clone, "median_pitch", lambda wave, sample_rate=24000, hz=speaker_hz: hz)
+        speaker = SpeakerProfile(embedding=emb, segment_embeddings=emb[None], content_hash="x", speech_seconds=5.0,
+                                 pitch_hz_median=speaker_hz)
+        fitted, result = clone._fit(speaker, Scorer(), {}, "en", 14, 0, "auto", "auto", None)
+        assert result.base_voice == base
+        assert (float(fitted.extras[KEY_FORMANT]) <= HIGH_VOICE_FORMANT_MAX) == capped
+    assert str(fitted.extras[clone.KEY_SETTINGS]).startswith("v7;")

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..engines import speaker_encoder as se
+from .formant import FORMANT_RANGE, formant_range
 from .imitation import DEFAULT_BUDGET, PITCH_HARD, ImitationResult, imitate
 from .speaker import SpeakerProfile
 from . import spectral_match as sm
@@ -362,6 +363,9 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: in
     """Return a copy of `speaker` carrying the imitated voice (base voice + timbre offset + pitch +
     formant scale, and a spectral EQ when the reference's long-term spectrum is known).
 
+    Limit: on a base voice that speaks in the female range (all bundled female voices) the formant
+    scale is at most x1 (formant.HIGH_VOICE_FORMANT_MAX): raising it cost English intelligibility, so a
+    woman whose formants sit higher than the voice's gets that voice's formants, not hers.
     reference: the prepared reference audio the profile came from (PreparedAudio or (wave, rate)).
     Its long-term spectra are stored on the profile, so a later refit needs no audio. Without it
     (and without stored spectra) the voice is fitted without EQ.
@@ -402,9 +406,20 @@ def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.nda
                                             speak=lambda pack: scorer.speech(pack, 1.0, speed=1.0),
                                             progress=lambda: report(done + 1))
         pitch_match = {name: target_pitch / p for name, p in voice_pitch.items() if np.isfinite(p) and p > 0}
+    else:  # no speaker pitch: the bundled voices' pitch only where it is cached (no synthesis for it)
+        cached = _load_probe_pitches()
+        voice_pitch = {name: cached.get(_probe_pitch_key(pack, scorer.probe_text, backend, precision), float("nan"))
+                       for name, pack in voices.items()}
+    # a female base voice's formants may only go down (formant.HIGH_VOICE_FORMANT_MAX: English intelligibility)
+    formant_limits = {name: formant_range(hz) for name, hz in voice_pitch.items()}
     start = done
     result = imitate(voices, scorer, budget=budget, seed=seed, pitch_match=pitch_match or None,
-                     progress=lambda calls, _total: report(start + calls))
+                     progress=lambda calls, _total: report(start + calls), formant_limits=formant_limits)
+    limits = formant_limits.get(result.base_voice, FORMANT_RANGE)
+    if limits != FORMANT_RANGE:
+        log.info("voice imitation: %s speaks at %.0f Hz, a woman's pitch: its formants were searched within x%.2f-x%.2f "
+                 "only (raised formants made such a voice's English hard to understand)", result.base_voice,
+                 voice_pitch[result.base_voice], *limits)
     report(start + budget)
     pack = result.apply(voices[result.base_voice])
     fitted_pitch = median_pitch(scorer.speech(pack, result.f0_scale, result.formant_scale)) if has_target else float("nan")
@@ -458,5 +473,6 @@ def settings_key(budget: int, seed: int, lang: str) -> str:
     # v4: formant scale, EQ chosen per candidate from power/log-domain curves at three strengths.
     # v5: pitch kept within +-15 % of the speaker's (base voices by pitch, pitch search bounded, checked).
     # v6: the probe is spoken at SEARCH_SPEED during the search (other scores, so other voices).
+    # v7: a female base voice's formants may only go down (formant.formant_range; English intelligibility).
     # Voices fitted by older versions are refitted.
-    return f"v6;budget={budget};seed={seed};lang={lang}"
+    return f"v7;budget={budget};seed={seed};lang={lang}"

@@ -16,10 +16,27 @@ import numpy as np
 # Beyond about +-15 % the speech starts to sound like a different age/sex rather than a different
 # speaker, and the f0/speed asked of Kokoro drifts towards the edge of its controls.
 FORMANT_RANGE = (0.86, 1.16)
+# Ceiling for a base voice whose own pitch is a woman's (issue 18, English intelligibility). On the
+# benchmark's English female speaker (a jf_alpha clone, pocketsphinx WER on 6 sentences, v7 section of
+# RESULTS_voice.md), raising the formants alone turned jf_alpha's WER of 0.75 into 0.96-0.97 at x1.07 and
+# x1.15 (the formants of an adult woman's voice moved towards a child's), while the fitted voice with its
+# formants kept at x1 or lowered (x0.93) scored 0.38-0.43. The male voice raised by x1.12-1.14 stayed as
+# intelligible as the bundled jm_kumo. So the formant scale of a voice that already speaks in the female
+# range may only go down: it costs that voice some similarity to a speaker whose formants sit higher.
+HIGH_VOICE_HZ = 165.0  # median probe pitch from which a bundled voice counts as a woman's (jf_*: 233-328 Hz)
+HIGH_VOICE_FORMANT_MAX = 1.0
 
 
-def clip_formant(scale: float) -> float:
-    return float(np.clip(scale, *FORMANT_RANGE))
+def formant_range(voice_pitch_hz: float) -> tuple[float, float]:
+    """The formant scales a search may use on a base voice whose own median pitch is `voice_pitch_hz`
+    (NaN: unknown, the full range)."""
+    if np.isfinite(voice_pitch_hz) and float(voice_pitch_hz) >= HIGH_VOICE_HZ:
+        return FORMANT_RANGE[0], min(FORMANT_RANGE[1], HIGH_VOICE_FORMANT_MAX)
+    return FORMANT_RANGE
+
+
+def clip_formant(scale: float, limits: tuple[float, float] = FORMANT_RANGE) -> float:
+    return float(np.clip(scale, *limits))
 
 
 def synthesis_controls(f0_scale: float, speed: float, formant: float) -> tuple[float, float]:

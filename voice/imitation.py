@@ -11,7 +11,8 @@ before the vocoder, which shifts pitch cleanly. So this search:
    pitch constraint below) and scores each at that pitch (the "best bundled voice" baseline),
 2. takes the best-scoring one as the base voice,
 3. tries the formant scale (formant.py: vocal-tract length, which no bundled voice may match) a
-   step down and up, and a further step in the direction that won,
+   step down and up, and a further step in the direction that won (on a female base voice only
+   down: raised formants made its English unintelligible, formant.HIGH_VOICE_FORMANT_MAX),
 4. tries timbre blends of the best voice with the runners-up,
 5. runs a (1+lambda) evolution strategy on (timbre half, log pitch scale, log formant scale), with
    per-dimension step sizes from the spread of the bundled voices and the offset clamped to their
@@ -32,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from .formant import clip_formant
+from .formant import FORMANT_RANGE, clip_formant
 
 TIMBRE = slice(0, 128)
 F0_RANGE = (0.7, 1.45)  # search range without a pitch target; beyond it Kokoro's vocoder starts to sound strained
@@ -128,7 +129,8 @@ def pitch_candidates(pitch_match: dict[str, float], voices: list[str]) -> list[s
 def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_BUDGET,
             seed: int = 0, population: int = 4, progress: Callable[[int, int], None] | None = None,
             pitch_match: dict[str, float] | None = None, search_formant: bool = True,
-            patience: int = PATIENCE) -> ImitationResult:
+            patience: int = PATIENCE,
+            formant_limits: dict[str, tuple[float, float]] | None = None) -> ImitationResult:
     """Search the voice that maximises `score(pack, f0_scale, formant_scale)` within `budget` score calls.
 
     pitch_match: per bundled voice, the f0 scale that brings its median pitch to the speaker's. With
@@ -137,6 +139,8 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
     is scored at its own pitch and the pitch is searched from 1.0 within F0_RANGE.
     search_formant: False keeps the formant scale at 1 (the scorer then always gets 1.0).
     patience: generations in a row without improvement after which the ES stops early.
+    formant_limits: per bundled voice, the (low, high) formant scales allowed on it as the base voice
+    (formant.formant_range: a female voice's formants may only go down); default formant.FORMANT_RANGE.
     """
     if not voices:
         raise ValueError("voice imitation needs at least one bundled voice")
@@ -169,10 +173,11 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
         f0_lo, f0_hi = F0_RANGE
     history = [best]
     best_formant = 1.0
+    limits = (formant_limits or {}).get(base_name, FORMANT_RANGE)
     if search_formant:
         best, best_formant = _formant_line_search(
             lambda formants: evaluate_many([(base, best_f0, f) for f in formants]), best, lambda: budget - calls,
-            history)
+            history, limits)
 
     base_timbre = _timbre(base)
     spread, low, high = timbre_statistics(voices)
@@ -197,7 +202,8 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
             step = rng.standard_normal(128).astype(np.float32) * spread * sigma
             child = np.clip(best_offset + step, lo_bound, hi_bound).astype(np.float32)
             child_f0 = float(np.clip(best_f0 * float(np.exp(rng.standard_normal() * F0_STEP * sigma)), f0_lo, f0_hi))
-            child_formant = clip_formant(best_formant * float(np.exp(rng.standard_normal() * formant_step * sigma)))
+            child_formant = clip_formant(best_formant * float(np.exp(rng.standard_normal() * formant_step * sigma)),
+                                         limits)
             brood.append((child, child_f0, child_formant))
         values = evaluate_many([(apply_offset(base, c), f0, fm) for c, f0, fm in brood])
         children = [(v, c, f0, fm) for v, (c, f0, fm) in zip(values, brood)]
@@ -219,23 +225,28 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
 
 
 def _formant_line_search(score_at: Callable[[list[float]], list[float]], best: float,
-                         calls_left: Callable[[], int], history: list[float]) -> tuple[float, float]:
+                         calls_left: Callable[[], int], history: list[float],
+                         limits: tuple[float, float] = FORMANT_RANGE) -> tuple[float, float]:
     """(best score, formant scale): one step down and up from 1 (scored together), then further along
-    the winner. score_at(formant scales) -> their scores.
+    the winner, within `limits` (a step the limits bring back to 1 is not scored again).
+    score_at(formant scales) -> their scores.
 
     A line search before the ES because the formant scale moves the score more per step than any
     single timbre dim, and the ES's random steps in 130 dims rarely isolate it.
     """
     best_formant = 1.0
-    steps = [clip_formant(f) for f in (1 / FORMANT_LINE_STEP, FORMANT_LINE_STEP)][:max(0, calls_left())]
+    wanted = [f for f in dict.fromkeys(clip_formant(f, limits) for f in (1 / FORMANT_LINE_STEP, FORMANT_LINE_STEP))
+              if f != 1.0]
+    steps = wanted[:max(0, calls_left())]
     for formant, value in zip(steps, score_at(steps) if steps else []):
         if value > best:
             best, best_formant = value, formant
         history.append(best)
-    if len(steps) < 2:  # the budget ran out
+    if len(steps) < len(wanted):  # the budget ran out
         return best, best_formant
     if best_formant != 1.0 and calls_left() > 0:
-        further = clip_formant(best_formant * (FORMANT_LINE_STEP if best_formant > 1 else 1 / FORMANT_LINE_STEP))
+        further = clip_formant(best_formant * (FORMANT_LINE_STEP if best_formant > 1 else 1 / FORMANT_LINE_STEP),
+                               limits)
         if further != best_formant:
             value = score_at([further])[0]
             if value > best:
