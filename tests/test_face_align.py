@@ -184,3 +184,20 @@ def test_crop_landmarks_per_frame_equal_the_whole_array():
     assert len(lazy) == n
     for r in range(n):
         assert lazy[r].dtype == np.float32 and np.array_equal(lazy[np.int64(r)], whole[r])
+
+
+def test_box_prefilter_equals_numpy_block_mean():
+    """The shrinking pre-filter's fast uint8 block sum gives numpy's block mean exactly, at every factor
+    (including white pixels at the uint16 sum's limit, 16 x 16 x 255), and float input keeps numpy's mean."""
+    from digital_human.vision.align import _box_mean
+
+    rng = np.random.default_rng(3)
+    for k in (2, 3, 5, 16, 17):
+        region = rng.integers(0, 256, (5 * k + 3, 4 * k + 1, 3), dtype=np.uint8)
+        region[:k, :k] = 255
+        rh, rw = region.shape[0] // k * k, region.shape[1] // k * k
+        expected = region[:rh, :rw].astype(np.float32).reshape(rh // k, k, rw // k, k, -1).mean(axis=(1, 3))
+        got = _box_mean(region, k)
+        assert got.dtype == np.float32 and np.array_equal(got, expected), k
+    floats = rng.random((12, 9, 1), dtype=np.float32)
+    assert np.array_equal(_box_mean(floats, 3), floats[:12, :9].reshape(4, 3, 3, 3, 1).mean(axis=(1, 3)))

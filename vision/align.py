@@ -130,8 +130,7 @@ def warp_image(src: np.ndarray, src_to_dst: np.ndarray, out_w: int, out_h: int, 
     region = img[y0:y1, x0:x1]
     a[:, 2] += a[:, :2] @ np.array([x0, y0], np.float64)  # region coords -> dst
     if k >= 2 and region.shape[0] >= 2 * k and region.shape[1] >= 2 * k:
-        rh, rw = region.shape[0] // k * k, region.shape[1] // k * k
-        region = region[:rh, :rw].astype(np.float32).reshape(rh // k, k, rw // k, k, -1).mean(axis=(1, 3))
+        region = _box_mean(region, k)
         a[:, :2] *= k
     region = np.ascontiguousarray(region, dtype=np.float32)
     if _cv2 is not None:
@@ -144,6 +143,24 @@ def warp_image(src: np.ndarray, src_to_dst: np.ndarray, out_w: int, out_h: int, 
         inv = np.linalg.inv(np.vstack([a, [0, 0, 1]]))[:2]
         out = _bilinear(region, inv, out_h, out_w, border)
     return out[..., 0] if squeeze else out
+
+
+def _box_mean(region: np.ndarray, k: int) -> np.ndarray:
+    """float32 means of the k x k blocks of `region` [H, W, C] (rows/columns past a whole block dropped).
+    uint8 pixels are summed exactly in uint16 one block row/column at a time, then divided once: the same
+    float32 values as numpy's mean over the blocks' axes, ~4x faster on a 1080p face (numpy reduces two
+    strided axes slowly). Other dtypes take numpy's mean."""
+    rh, rw = region.shape[0] // k * k, region.shape[1] // k * k
+    blocks = region[:rh, :rw].reshape(rh // k, k, rw // k, k, -1)
+    if region.dtype != np.uint8 or k > 16:  # 255 x 16 x 16 is the most a uint16 sum holds
+        return blocks.astype(np.float32).mean(axis=(1, 3))
+    rows = blocks[:, 0].astype(np.uint16)
+    for i in range(1, k):
+        rows += blocks[:, i]
+    total = rows[:, :, 0].copy()
+    for j in range(1, k):
+        total += rows[:, :, j]
+    return total.astype(np.float32) / np.float32(k * k)
 
 
 def crop_frame(frame: np.ndarray, affine: np.ndarray, crop_size: int) -> np.ndarray:
