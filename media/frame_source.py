@@ -4,8 +4,11 @@
 or an index array, optionally followed by row/column slices), so the face tracker, the
 talking-head models and the video renderer read a 5-minute 1080p reference exactly as they read
 a short in-memory clip, while at most `cache_bytes` of decoded frames are held. Frames come from
-one ffmpeg process that reads forward; a jump backwards (a ping-pong schedule, a loop) restarts
-it with an accurate seek. `load_face_frames` is the single entry point for "a photo or a video
+ffmpeg processes that read forward, up to MAX_DECODERS of them: the renderer's passes (the model's
+crops, the paste-back, the composition after the smoother's lookahead) read the same frames tens of
+frames apart, more than the cache holds at 1080p, and each keeps its own decoder moving forward
+instead of restarting one with a seek (which decodes again from the key frame before) at every switch.
+A jump backwards (a ping-pong schedule, a loop) starts a decoder with an accurate seek. `load_face_frames` is the single entry point for "a photo or a video
 file, at most `max_side` px on its longest side".
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 DEFAULT_MAX_SIDE = 1920  # output at source size up to this (DESIGN 5c)
 CACHE_BYTES = 192 * 2**20  # decoded frames kept for reuse (the renderer re-reads recent ones)
 SEEK_AHEAD_FRAMES = 96  # a forward jump up to this many frames is read through, not sought
+MAX_DECODERS = 3  # forward readers kept decoding at once (one ffmpeg process each, the least recently used stopped)
 
 
 def capped_size(width: int, height: int, max_side: int | None) -> tuple[int, int]:
@@ -71,9 +75,8 @@ class VideoFrames:
         self._frame_bytes = self.width * self.height * 3
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_frames = max(4, int(cache_bytes // self._frame_bytes))
-        self._proc: subprocess.Popen | None = None
-        self._pos = 0  # index of the next frame the running decoder will deliver
-        self._err: list[bytes] = []
+        self._decoders: list[_Decoder] = []
+        self._reads = 0  # a clock for the decoders' last use
         self._lock = threading.Lock()  # the renderer reads from a preparing thread
         self.decoded = 0  # frames decoded so far (a cost measure for tests and benchmarks)
 
@@ -127,26 +130,39 @@ class VideoFrames:
             if hit is not None:
                 self._cache.move_to_end(t)
                 return hit
-            if self._proc is None or t < self._pos or t - self._pos > SEEK_AHEAD_FRAMES:
-                # going backwards (a ping-pong schedule) one frame at a time would seek for every
-                # frame: seek to a run of frames before t instead and keep them all
-                backwards = self._proc is not None and t < self._pos
-                self._start(max(0, t - self._cache_frames // 2) if backwards else t)
-            while self._pos <= t:
+            dec = self._decoder_for(t)
+            while dec.pos <= t:
                 buf = np.empty((self.height, self.width, 3), np.uint8)
-                if not _read_exact(self._proc.stdout, buf):
-                    self._stop()
-                    if self._pos == 0 or t == self._pos:
+                if not _read_exact(dec.proc.stdout, buf):
+                    self._stop(dec)
+                    if dec.pos == 0 or t == dec.pos:
                         raise ProbeError(f"decoding frame {t} of '{self.path}' failed:\n"
-                                         f"{stderr_tail(b''.join(self._err))}")
+                                         f"{stderr_tail(b''.join(dec.err))}")
                     # the container promised more frames than the decoder gives: repeat the last one
-                    self._count = self._pos
+                    self._count = dec.pos
                     return self.frame(min(t, self._count - 1))
                 buf.flags.writeable = False
-                self._remember(self._pos, buf)
-                self._pos += 1
+                self._remember(dec.pos, buf)
+                dec.pos += 1
                 self.decoded += 1
             return self._cache[t]
+
+    def _decoder_for(self, t: int) -> "_Decoder":
+        """The decoder closest behind frame t (within SEEK_AHEAD_FRAMES), else a new one (the least recently
+        used stopped when MAX_DECODERS run)."""
+        self._reads += 1
+        behind = [d for d in self._decoders if d.pos <= t <= d.pos + SEEK_AHEAD_FRAMES]
+        if behind:
+            dec = max(behind, key=lambda d: d.pos)
+        else:
+            # going backwards (a ping-pong schedule) one frame at a time would seek for every
+            # frame: seek to a run of frames before t instead and keep them all
+            backwards = any(d.pos > t for d in self._decoders)
+            if len(self._decoders) >= MAX_DECODERS:
+                self._stop(min(self._decoders, key=lambda d: d.used))
+            dec = self._start(max(0, t - self._cache_frames // 2) if backwards else t)
+        dec.used = self._reads
+        return dec
 
     def _remember(self, t: int, frame: np.ndarray) -> None:
         self._cache[t] = frame
@@ -154,8 +170,7 @@ class VideoFrames:
         while len(self._cache) > self._cache_frames:
             self._cache.popitem(last=False)
 
-    def _start(self, t: int) -> None:
-        self._stop()
+    def _start(self, t: int) -> "_Decoder":
         cmd = [*base_args(), "-loglevel", "error"]
         if t > 0:  # accurate seek (ffmpeg decodes from the key frame before, drops frames before the time)
             cmd += ["-ss", f"{max(0.0, (t - 0.5) / self.fps):.6f}"]
@@ -164,16 +179,15 @@ class VideoFrames:
             cmd += ["-vf", f"scale={self.width}:{self.height}:flags=area"]
         cmd += ["-frames:v", str(self._count - t), *passthrough_args(), "-f", "rawvideo",
                 "-pix_fmt", "rgb24", "pipe:1"]
-        self._err = []
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      bufsize=self._frame_bytes)
-        threading.Thread(target=drain_stderr, args=(self._proc.stderr, self._err), daemon=True).start()
-        self._pos = t
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=self._frame_bytes)
+        dec = _Decoder(proc, t)
+        threading.Thread(target=drain_stderr, args=(proc.stderr, dec.err), daemon=True).start()
+        self._decoders.append(dec)
+        return dec
 
-    def _stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
+    def _stop(self, dec: "_Decoder") -> None:
+        self._decoders.remove(dec)
+        proc = dec.proc
         try:
             proc.stdout.close()
         finally:
@@ -181,16 +195,30 @@ class VideoFrames:
                 proc.kill()
             proc.wait()
 
+    def _stop_all(self) -> None:
+        for dec in list(self._decoders):
+            self._stop(dec)
+
     def close(self) -> None:
         with self._lock:
-            self._stop()
+            self._stop_all()
             self._cache.clear()
 
     def __del__(self) -> None:
         try:
-            self._stop()
+            self._stop_all()
         except Exception:  # interpreter shutdown
             pass
+
+
+class _Decoder:
+    """One ffmpeg process of a VideoFrames, delivering frames pos, pos + 1, ... in order."""
+
+    def __init__(self, proc: subprocess.Popen, pos: int) -> None:
+        self.proc = proc
+        self.pos = pos  # the next frame it will deliver
+        self.err: list[bytes] = []
+        self.used = 0
 
 
 def is_photo(path: str | Path) -> bool:

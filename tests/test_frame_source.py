@@ -45,3 +45,39 @@ def test_photo_is_capped_on_its_longest_side(tmp_path, data_dir):
     assert load_photo(big, 0).shape == (1, 1800, 2400, 3)
     frames, fps, source = load_face_frames(big, 60, 1000)
     assert frames.shape == (1, 750, 1000, 3) and fps == 25.0 and source == (2400, 1800)
+
+
+def test_readers_apart_keep_their_own_decoders(data_dir, monkeypatch):
+    """Three forward readers further apart than the cache holds (the renderer's model, paste and
+    composition passes) each keep a decoder moving forward: every frame decoded at most once per reader,
+    three decoder starts, frames equal to a full decode. With one decoder they thrash (a restart, with an
+    accurate seek, whenever the reader changes)."""
+    from digital_human.media import frame_source
+
+    path = data_dir / "video" / "talk_en_male_01a.mp4"
+    expected, _ = read_video_frames(path, max_frames=90)
+    starts = []
+    start = frame_source.VideoFrames._start
+
+    def counted(self, t):
+        starts.append(t)
+        return start(self, t)
+
+    monkeypatch.setattr(frame_source.VideoFrames, "_start", counted)
+
+    def read(frames):
+        for t in range(90 + 40):  # readers 0, 20 and 40 frames behind the first, interleaved
+            for lag in (0, 20, 40):
+                if 0 <= t - lag < 90:
+                    np.testing.assert_array_equal(frames[t - lag], expected[t - lag], err_msg=f"frame {t - lag}")
+
+    frames = VideoFrames(path, max_frames=90, cache_bytes=8 * 256 * 256 * 3)
+    read(frames)
+    assert frames.decoded <= 3 * 90 and len(starts) == 3
+    frames.close()
+    monkeypatch.setattr(frame_source, "MAX_DECODERS", 1)
+    starts.clear()
+    frames = VideoFrames(path, max_frames=90, cache_bytes=8 * 256 * 256 * 3)
+    read(frames)
+    assert len(starts) > 20
+    frames.close()
