@@ -364,8 +364,8 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: in
     formant scale, and a spectral EQ when the reference's long-term spectrum is known).
 
     Limit: on a base voice that speaks in the female range (all bundled female voices) the formant
-    scale is at most x1 (formant.HIGH_VOICE_FORMANT_MAX): raising it cost English intelligibility, so a
-    woman whose formants sit higher than the voice's gets that voice's formants, not hers.
+    scale is at most x1.07 (formant.HIGH_VOICE_FORMANT_MAX): raising it further cost English
+    intelligibility, so a woman whose formants sit higher than that gets less similarity.
     reference: the prepared reference audio the profile came from (PreparedAudio or (wave, rate)).
     Its long-term spectra are stored on the profile, so a later refit needs no audio. Without it
     (and without stored spectra) the voice is fitted without EQ.
@@ -410,7 +410,7 @@ def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.nda
         cached = _load_probe_pitches()
         voice_pitch = {name: cached.get(_probe_pitch_key(pack, scorer.probe_text, backend, precision), float("nan"))
                        for name, pack in voices.items()}
-    # a female base voice's formants may only go down (formant.HIGH_VOICE_FORMANT_MAX: English intelligibility)
+    # a female base voice's formants rise at most x1.07 (formant.HIGH_VOICE_FORMANT_MAX: English intelligibility)
     formant_limits = {name: formant_range(hz) for name, hz in voice_pitch.items()}
     start = done
     result = imitate(voices, scorer, budget=budget, seed=seed, pitch_match=pitch_match or None,
@@ -473,6 +473,6 @@ def settings_key(budget: int, seed: int, lang: str) -> str:
     # v4: formant scale, EQ chosen per candidate from power/log-domain curves at three strengths.
     # v5: pitch kept within +-15 % of the speaker's (base voices by pitch, pitch search bounded, checked).
     # v6: the probe is spoken at SEARCH_SPEED during the search (other scores, so other voices).
-    # v7: a female base voice's formants may only go down (formant.formant_range; English intelligibility).
+    # v7: a female base voice's formants rise at most x1.07 (formant.formant_range; English intelligibility).
     # Voices fitted by older versions are refitted.
     return f"v7;budget={budget};seed={seed};lang={lang}"
