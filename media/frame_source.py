@@ -77,7 +77,8 @@ class VideoFrames:
         self._cache_frames = max(4, int(cache_bytes // self._frame_bytes))
         self._decoders: list[_Decoder] = []
         self._reads = 0  # a clock for the decoders' last use
-        self._lock = threading.Lock()  # the renderer reads from a preparing thread
+        # the renderer reads from a preparing thread; re-entrant: a decoder that ends early re-reads the last frame
+        self._lock = threading.RLock()
         self.decoded = 0  # frames decoded so far (a cost measure for tests and benchmarks)
 
     # --- array protocol --------------------------------------------------------------------

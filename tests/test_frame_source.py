@@ -81,3 +81,27 @@ def test_readers_apart_keep_their_own_decoders(data_dir, monkeypatch):
     read(frames)
     assert len(starts) > 20
     frames.close()
+
+
+def test_a_video_shorter_than_its_header_repeats_its_last_frame(data_dir):
+    """When the decoder ends before the frame count the container promised, the last frame is repeated
+    (the read re-enters frame() under the lock: it must not deadlock)."""
+    import threading
+
+    path = data_dir / "video" / "talk_en_male_01a.mp4"
+    frames = VideoFrames(path)
+    total = len(frames)
+    last = np.array(frames[total - 1])
+    frames.close()
+    frames = VideoFrames(path)
+    frames._count = total + 5  # as a header that counts frames the stream does not hold
+    out = {}
+    frames[total - 10]  # the decoder now reads on from here, as a tracker's sequential pass does
+
+    reader = threading.Thread(target=lambda: out.update(frame=np.array(frames[total + 3])), daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert not reader.is_alive(), "frame() deadlocked on a video shorter than its header"
+    assert len(frames) == total
+    np.testing.assert_array_equal(out["frame"], last)
+    frames.close()
