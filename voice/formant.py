@@ -16,15 +16,10 @@ import numpy as np
 # Beyond about +-15 % the speech starts to sound like a different age/sex rather than a different
 # speaker, and the f0/speed asked of Kokoro drifts towards the edge of its controls.
 FORMANT_RANGE = (0.86, 1.16)
-# Ceiling for a base voice whose own pitch is a woman's (issue 18, English intelligibility). On the
-# benchmark's English female speaker (a jf_alpha clone; pocketsphinx WER on the benchmark's 6 sentences;
-# v7 section of RESULTS_voice.md) the v6 fit's formants x1.15 took WER from jf_alpha's 0.75 to 0.97: the
-# formants of an adult woman's voice moved towards a child's. The same fitted voice with its formants at
-# x1 / x1.035 / x1.07 / x1.10 scored 0.43 / 0.53 / 0.65 / 0.91, and refits capped at x1 / x1.035 / x1.07
-# scored 0.52 / 0.53 / 0.68 with GE2E identity 0.64 / 0.68 / 0.71 (0.76 uncapped). x1.07 (one formant
-# line-search step) keeps the most identity of the caps that keep WER within the bar. Male voices raised
-# x1.12-x1.14 stayed as intelligible as jm_kumo and keep the full range. The cost: a woman whose formants
-# sit more than 7 % above the female voice's gets less similarity than the v6 fit gave her.
+# Ceiling for a base voice whose own pitch is a woman's (issue 18, English intelligibility): raising an adult
+# woman's formants moves them towards a child's, which made the female English clone hard to understand;
+# men's voices raised as far stayed intelligible, so they keep the full range. The cost: a woman whose formants
+# sit higher than the ceiling gets less similarity. Measurements behind the value: RESULTS_voice.md, v7.
 HIGH_VOICE_HZ = 165.0  # median probe pitch from which a bundled voice counts as a woman's (jf_*: 233-328 Hz)
 HIGH_VOICE_FORMANT_MAX = 1.07
 
