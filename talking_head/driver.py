@@ -43,13 +43,16 @@ class TalkingHeadResult:
 
 
 class FrameMotion(Protocol):
-    """A warp of the finished output frames (a photo's idle motion, head_warp.HeadMotion): applied after
-    the paste-back and before smoothing, identically on both paths."""
+    """A warp of the finished output frames (a photo's idle motion, head_warp.HeadMotion), the same code on
+    the same uint8 pixels on both paths: the node path warps the pasted frames (TRT_TalkingHead's output;
+    a TemporalSmooth node after it smooths the moved face with the moved landmarks' masks); the headless
+    path pastes and smooths in the photo's own coordinates, exactly as without motion, and warps the
+    finished frames (tests/test_idle_motion.py bounds the difference)."""
     region: tuple[slice, slice]  # (rows, cols) of the frame box it may change
 
     def apply(self, frames: np.ndarray, start: int, origin: tuple[int, int] = (0, 0)) -> np.ndarray: ...
 
-    def shift_bound(self, rows: slice, cols: slice) -> float: ...
+    def move_landmarks(self, landmarks: np.ndarray, start: int) -> np.ndarray: ...
 
 
 @dataclass
@@ -72,8 +75,9 @@ class GeneratedCrops:
     # start..stop-1 when they are needed, and mask_of(r) gives reference frame r's paste mask.
     render: Callable[[int, int], tuple[np.ndarray, np.ndarray | None]] | None = None
     mask_of: Callable[[int], np.ndarray] | None = None
-    # applied to the pasted frames of output frames start.. (uint8, a box holding motion.region); the
-    # landmarks above already include it. None: the pasted frames are the output.
+    # applied to the pasted frames of output frames start.. (uint8, a box holding motion.region); `landmarks`
+    # and render()'s stay the model's own (the photo's coordinates): output_track moves them. None: the pasted
+    # frames are the output.
     motion: FrameMotion | None = None
     # what a model says about its run for the reports (portrait: whether its mouth bank ran, on how many frames)
     notes: dict[str, Any] = field(default_factory=dict)
@@ -140,8 +144,11 @@ class GeneratedCrops:
 
     def output_track(self, frames: np.ndarray) -> FaceTrack:
         """The DH_FACES of the output: the scheduled reference arrays with `frames` (the pasted output),
-        the generated crops and the output landmarks."""
+        the generated crops and the output landmarks (moved by the frames' motion, if any)."""
         lms = None if self.landmarks is None else np.asarray(self.landmarks, np.float32)
+        if self.motion is not None:
+            base = np.asarray(self.track.landmarks[self.idx], np.float32) if lms is None else lms
+            lms = self.motion.move_landmarks(base, 0)
         sched = schedule_track(self.track, self.idx, self.fps, frames=frames, crops=self.crops, landmarks=lms)
         return replace(sched, warnings=list(sched.warnings) + self.warnings)
 

@@ -304,16 +304,23 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
     track, idx, n = gen.track, np.asarray(gen.idx, np.int64), len(gen)
     key = video_key(gen)
     rows, cols = _kept_region(key, gen)
-    height, width = track.frames.shape[1:3]
-    heads: dict[int, np.ndarray] = {}  # output frame -> its warped head box (uint8), until composed
-    if gen.motion is not None:
-        # a photo's idle motion (FrameMotion) warps the pasted frame's whole head on the CPU, as the node
-        # path does; only the mouth's box, grown by the largest head shift (+ the bicubic taps), is
-        # pasted and smoothed here: outside it the warp reads and the smoothing masks reach nothing pasted
-        grow = int(np.ceil(gen.motion.shift_bound(rows, cols))) + 3
-        rows = slice(max(rows.start - grow, 0), min(rows.stop + grow, height))
-        cols = slice(max(cols.start - grow, 0), min(cols.stop + grow, width))
-        head_rows, head_cols = _union((rows, cols), gen.motion.region)
+    motion = gen.motion
+    # a photo's idle motion (FrameMotion): the mouth is pasted and smoothed in the photo's own coordinates,
+    # exactly as without motion (the same box, the model's own landmarks' masks), and the head warp moves the
+    # finished frames on the CPU (`moved`). The node path warps before its TemporalSmooth node instead: the
+    # two differ by the smoothing of a moving face (bounded in tests/test_idle_motion.py)
+
+    def moved(start: int, frames):
+        if motion is None:
+            return frames
+        if frames.device.type == "cpu":  # the frames' own memory (full_frames makes fresh tensors): in place
+            motion.apply(frames.numpy(), start)
+            return frames
+        mrows, mcols = motion.region
+        box = frames[:, mrows, mcols].cpu().numpy()
+        frames[:, mrows, mcols] = torch.from_numpy(motion.apply(box, start, (mcols.start, mrows.start))).to(dev)
+        return frames
+
     has_box = rows.stop > rows.start and cols.stop > cols.start
     box_bytes = (rows.stop - rows.start) * (cols.stop - cols.start) * 3 * 4
     chunk_frames = generated
@@ -340,7 +347,7 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
     if not has_box:  # nothing is pasted: the model's crops are not needed
         made.close()
         for start in range(0, n, chunk_frames):
-            yield full_frames(start, min(start + chunk_frames, n))
+            yield moved(start, full_frames(start, min(start + chunk_frames, n)))
         return
 
     mask_pool = None
@@ -417,14 +424,6 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
         masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
         pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
                              track.affines[idx[start:stop]], masks, (x0, y0))
-        if gen.motion is not None:  # the node path's warp on the same uint8 pixels (pasted values are integral)
-            head = track.frames[idx[start:stop], head_rows, head_cols]  # a copy
-            inner = (slice(None), slice(y0 - head_rows.start, rows.stop - head_rows.start),
-                     slice(x0 - head_cols.start, cols.stop - head_cols.start))
-            head[inner] = pasted.to(torch.uint8).cpu().numpy()
-            head = gen.motion.apply(head, start, (head_cols.start, head_rows.start))
-            heads.update((start + j, head[j]) for j in range(stop - start))
-            pasted = torch.from_numpy(np.ascontiguousarray(head[inner])).to(dev).float()
         smooth_mask = None
         if smoothing:
             smooth_mask = smooth_masks_of(start, stop, landmarks).to(dev)
@@ -434,13 +433,10 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
         return (box * 255.0 + 0.5).clamp_(0, 255).to(torch.uint8)
 
     def composed(start: int, boxes):
-        """The full frames of output frames start..start+len(boxes)-1 with their boxes (and heads) in."""
+        """The full frames of output frames start..start+len(boxes)-1 with their boxes in (and moved)."""
         frames = full_frames(start, start + len(boxes))
-        if heads:
-            warped = np.stack([heads.pop(start + j) for j in range(len(boxes))])
-            frames[:, head_rows, head_cols] = torch.from_numpy(warped).to(dev)
         frames[:, rows, cols] = to_uint8(boxes)
-        return frames
+        return moved(start, frames)
 
     if smoother is None:
         for start, stop, boxes, _ in pasted_chunks():

@@ -245,3 +245,20 @@ def test_node_and_headless_paths_agree(photo_track, speech, strength):
     # the paste-backs differ by bilinear rounding only (tests/test_render_video.py); the warp is shared
     assert 10 * np.log10(255.0 ** 2 / max(mse, 1e-12)) >= 45.0 and (diff > 2).mean() < 2e-3
     assert np.abs(expected.astype(int) - photo_track.frames[0]).max() > 40
+
+
+def test_headless_path_warps_the_finished_frames(photo_track, speech):
+    """The headless path pastes and smooths the mouth exactly as without idle motion (the photo's own
+    coordinates, box and masks) and then warps the finished frames: its frames equal the motionless
+    headless frames, warped."""
+    wave, sr = speech
+    wave = wave[: int(2 * sr)]
+    off = portrait_crops(photo_track, wave, sr, FPS, streaming=True)
+    on = attach_idle_motion(portrait_crops(photo_track, wave, sr, FPS, streaming=True), wave, sr, SEED)
+    assert on.motion is not None and on.landmarks is None  # the model's own landmarks: output_track moves them
+    plain = np.concatenate([c.numpy() for c in iter_video_frames(off, smooth_strength=0.5, device="cpu",
+                                                                 chunk_frames=7)])
+    got = np.concatenate([c.numpy() for c in iter_video_frames(on, smooth_strength=0.5, device="cpu",
+                                                               chunk_frames=7)])
+    np.testing.assert_array_equal(got, on.motion.apply(plain.copy(), 0))
+    assert np.abs(got.astype(int) - plain).max() > 10
