@@ -619,7 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     train.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
     train.add_argument("--visemes", action="store_true",
-                       help="also condition the avatar on the footage's phones (English; the aligner's)")
+                       help="also condition the avatar on the footage's phones (English; the aligner's) and on "
+                            "portrait's mouth drive of the same speech")
     train.add_argument("--max-seconds", type=float, default=300.0)
     max_side(train)
     train.set_defaults(func=_cmd_train_avatar)

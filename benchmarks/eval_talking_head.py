@@ -132,6 +132,7 @@ def prepare(out: Path, data_dir: Path, cache: Path, quality: int = 92) -> None:
         found = speech_phones(None, wave, sr, "auto")
         track_v = viseme_track(found.phones, track.fps, len(track)) if found.phones else None
         arrays[f"{key}_visemes"] = frame_features(track_v, len(track)).astype(np.float32)
+        arrays.update(drive_arrays(key, found.phones, wave, sr, track.fps, len(track)))
         # frames inside an aligned P/B/M (eval_visemes.py's bilabial closure item, scored by gpu_talking_head.py)
         arrays[f"{key}_bilabial"] = bilabial_frames(
             [SimpleNamespace(label=p[0], start=p[1], end=p[2]) for p in found.phones or []], track.fps, len(track))
@@ -141,6 +142,15 @@ def prepare(out: Path, data_dir: Path, cache: Path, quality: int = 92) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out, **arrays)
     print(f"wrote {out} ({out.stat().st_size / 2 ** 20:.1f} MiB)")
+
+
+def drive_arrays(key: str, phones, wave: np.ndarray, sr: int, fps: float, n: int) -> dict[str, np.ndarray]:
+    """portrait's mouth drive [n, 4] of the clip's speech with its phones (`{key}_drive`) and without
+    (`{key}_drive_audio`), for `clone` with mouth_drive (gpu_talking_head.py --drive)."""
+    from digital_human.talking_head.clone.conditioning import frame_conditioning
+
+    return {f"{key}_drive": frame_conditioning(phones, wave, sr, fps, n, True)[:, 6:],
+            f"{key}_drive_audio": frame_conditioning(None, wave, sr, fps, n, True)[:, 6:]}
 
 
 def frame_masks(track, crop_masks: np.ndarray, idx: np.ndarray) -> np.ndarray:

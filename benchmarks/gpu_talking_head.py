@@ -56,6 +56,20 @@ def load_pack(path: Path) -> dict:
     return pack
 
 
+def pack_visemes(pack: dict, key: str, config, phones: bool = True) -> np.ndarray:
+    """The viseme windows of clip `key` for `config` (conditioning.condition_windows' layout): the viseme
+    features (zeros without phones) and, for a mouth_drive config, portrait's drive with or without phones."""
+    from digital_human.talking_head.visemes import feature_windows
+
+    feats = pack[f"{key}_visemes"] if phones else np.zeros_like(pack[f"{key}_visemes"])
+    if config.mouth_drive:
+        name = f"{key}_drive" if phones else f"{key}_drive_audio"
+        if name not in pack:
+            raise SystemExit("--drive needs a pack with portrait's drive: re-run eval_talking_head.py --prepare")
+        feats = np.concatenate([feats, pack[name]], axis=1)
+    return feature_windows(feats, config.viseme_frames)
+
+
 def mesh_runner(pack: dict, workdir: Path):
     from digital_human.engines.face.detect import engine_runner
     from digital_human.engines.spec import ModelSpec
@@ -83,9 +97,7 @@ class HeldOut:
         self.windows = pack["b_windows"][:n]
         self.visemes = None  # 01b's viseme windows for a viseme config (its own speech's aligner phones)
         if config.viseme_frames:
-            from digital_human.talking_head.visemes import feature_windows
-
-            self.visemes = feature_windows(pack["b_visemes"], config.viseme_frames)[:n]
+            self.visemes = pack_visemes(pack, "b", config)[:n]
         self.wave = pack["b_wave16k"].astype(np.float32) / 32767.0
         self.wave = self.wave[: int(round(n / self.fps * 16000))]
         self.masks = np.stack([lower_face_mask(lm, self.crops.shape[1], jaw_margin=MASK_JAW_MARGIN) for lm in self.lms])
@@ -198,19 +210,20 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
     config = GeneratorConfig(base_channels=4, levels=2, audio_channels=4, audio_dim=16, crop_size=256) if args.tiny \
         else GeneratorConfig()
     n_a = 120 if args.tiny else len(pack["a_crops"])
-    visemes = None
-    if args.visemes:  # TrainAvatar(visemes=True): the footage's own viseme track as a second input
+    visemes = phoneless = None
+    if args.visemes or args.drive:  # TrainAvatar(visemes=True[, mouth_drive=True]): the footage's own track
         from dataclasses import replace
 
         from digital_human.talking_head.clone.train import VISEME_FRAMES
-        from digital_human.talking_head.visemes import feature_windows
 
         if "a_visemes" not in pack:
             raise SystemExit("--visemes needs a pack with viseme tracks: re-run eval_talking_head.py --prepare")
-        config = replace(config, viseme_frames=VISEME_FRAMES)
-        visemes = feature_windows(pack["a_visemes"], VISEME_FRAMES)[:n_a]
+        config = replace(config, viseme_frames=VISEME_FRAMES, mouth_drive=bool(args.drive))
+        visemes = pack_visemes(pack, "a", config)[:n_a]
+        phoneless = pack_visemes(pack, "a", config, phones=False)[:n_a] if args.drive else None
     data = prepare_data(pack["a_crops"][:n_a], pack["a_landmarks"][:n_a], pack["a_found"][:n_a],
-                        pack["a_windows"][:n_a], float(pack["a_fps"]), config, visemes=visemes)
+                        pack["a_windows"][:n_a], float(pack["a_fps"]), config, visemes=visemes,
+                        visemes_without_phones=phoneless)
     t_held = time.perf_counter()
     held = HeldOut(pack, config, run_mesh, pack["a_crops"][data.neutral], 90 if args.tiny else (args.final_frames or None))
     base = held.baseline["mld"]
@@ -226,7 +239,9 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
     result: dict = {"config": config.to_dict(), "amp": not args.no_amp, "seed": args.seed,
                     "shape_weight": args.shape_weight, "audio_dropout": args.audio_dropout,
                     "mouth_weight": args.mouth_weight, "augment_audio": args.augment_audio,
-                    "time_stretch": args.time_stretch, "visemes": bool(args.visemes),
+                    "time_stretch": args.time_stretch, "visemes": bool(args.visemes or args.drive),
+                    "mouth_drive": bool(args.drive), "viseme_dropout": args.viseme_dropout,
+                    "audio_mute": args.audio_mute,
                     "average_weights": args.average_weights, "baseline_a": held.baseline,
                     "eval_frames": sub, "baseline_a_eval_frames": held.baseline_for(sub), "curve": curve,
                     "loss_curve": losses, "target_reached": False, "reached_at": None,
@@ -264,7 +279,8 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
                     batch_size=args.batch, monitor=monitor, monitor_every=args.eval_every, amp=not args.no_amp,
                     augment_audio=args.augment_audio, seed=args.seed, shape_weight=args.shape_weight,
                     audio_dropout=args.audio_dropout, mouth_weight=args.mouth_weight, time_stretch=args.time_stretch,
-                    average_weights=args.average_weights,
+                    average_weights=args.average_weights, viseme_dropout=args.viseme_dropout,
+                    audio_mute=args.audio_mute,
                     progress=lambda s, n, l: losses.append((s, l)) if s % 50 == 0 else None,
                     status=lambda text: print(text, flush=True))
     te = time.perf_counter()
@@ -481,6 +497,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="training seed")
     ap.add_argument("--visemes", action="store_true",
                     help="train with the viseme conditioning (TrainAvatar visemes=True; the pack's aligner phones)")
+    ap.add_argument("--drive", action="store_true",
+                    help="--visemes plus portrait's mouth drive (TrainAvatar mouth_drive=True; needs a pack with *_drive)")
+    ap.add_argument("--viseme-dropout", type=float, default=0.3, help="fit_clone's viseme_dropout")
+    ap.add_argument("--audio-mute", type=float, default=0.0, help="fit_clone's audio_mute (viseme configs)")
     ap.add_argument("--score-weights", type=Path, nargs="+",
                     help="no training: score these weights (e.g. --dump's FP16 files) and, if several, their average")
     # the recipe's three regularisers (fit_clone's defaults; the recipe before 2026-11-29's third run: 0 / 0 / 4)

@@ -8,7 +8,9 @@ It repaints the lower face of an aligned face crop (DH_FACES) from three things:
   * `audio`: a log-mel window around the frame's time (audio_features.windows_for_frames);
   * `visemes` (avatars trained with `viseme_frames` > 0 only): the viseme track's targets, closure and
     confidence over a window of frames around this one (talking_head/visemes.feature_windows), from the
-    TTS's phones or the aligner's; all zeros (confidence 0) where no phones are known.
+    TTS's phones or the aligner's; all zeros (confidence 0) where no phones are known. With
+    `mouth_drive` each frame also carries portrait's four mouth parameters for the same speech
+    (talking_head/clone/conditioning.py): the audio-only drive where no phones are known.
 Output: the region with the hole filled, outside the hole bit-identical to `source`.
 
 The region is a fixed box of the crop (crop coordinates from FaceAlign's template: nose tip at
@@ -37,6 +39,7 @@ from .spec import ModelSpec, TensorProfile
 INPUT_NAMES = ("source", "reference", "audio")  # + "visemes" for a config with viseme_frames > 0
 VISEME_INPUT = "visemes"
 VISEME_CHANNELS = 6  # talking_head/visemes.FEATURE_NAMES
+DRIVE_CHANNELS = 4   # portrait's MouthParams: jaw_open, lip_open, width, round (a mouth_drive config)
 OUTPUT_NAMES = ("region",)
 MAX_BATCH = 64
 
@@ -66,12 +69,19 @@ class GeneratorConfig:
     # frames of viseme features around each frame the generator also reads (odd; 0 = audio only, the
     # recipe of every avatar saved before visemes: their configs lack the key and load as 0)
     viseme_frames: int = 0
+    # the viseme window also carries portrait's mouth drive per frame (False for every avatar saved
+    # before it: their configs lack the key)
+    mouth_drive: bool = False
 
     def input_names(self) -> tuple[str, ...]:
         return INPUT_NAMES + ((VISEME_INPUT,) if self.viseme_frames else ())
 
+    def viseme_channels(self) -> int:
+        """Features per frame of the viseme window."""
+        return VISEME_CHANNELS + (DRIVE_CHANNELS if self.mouth_drive else 0)
+
     def viseme_width(self) -> int:
-        return self.viseme_frames * VISEME_CHANNELS
+        return self.viseme_frames * self.viseme_channels()
 
     def region_box(self) -> tuple[int, int, int, int]:
         """(y0, y1, x0, x1) of the generator's region in crop pixels."""
@@ -95,6 +105,8 @@ class GeneratorConfig:
             raise ValueError(f"crop_size {self.crop_size} is too small for {self.levels} levels")
         if self.viseme_frames < 0 or (self.viseme_frames and self.viseme_frames % 2 == 0):
             raise ValueError(f"viseme_frames must be 0 (off) or an odd number of frames, got {self.viseme_frames}")
+        if self.mouth_drive and not self.viseme_frames:
+            raise ValueError("mouth_drive rides on the viseme window: it needs viseme_frames > 0")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -137,7 +149,7 @@ class FiLM(nn.Module):
 
 
 class VisemeEncoder(nn.Module):
-    """[B, viseme_frames * 6] viseme window -> [B, audio_dim], added to the audio embedding. Its last
+    """[B, config.viseme_width()] viseme window -> [B, audio_dim], added to the audio embedding. Its last
     layer starts at zero, so a new viseme model starts as the audio-only one and learns what the
     phones add; zeros in (no phones) give exactly the audio embedding at any point of training."""
 
@@ -176,6 +188,7 @@ class CloneGenerator(nn.Module):
         hole[:, :, config.hole_row():] = 1.0
         self.register_buffer("hole", hole, persistent=False)
         self.audio_dropout = 0.0  # set by fit_clone; not part of the weights or the exported graph
+        self.audio_mute = 0.0     # likewise: share of training samples drawn from the viseme window alone
 
     def forward(self, source: torch.Tensor, reference: torch.Tensor, audio: torch.Tensor,
                 visemes: torch.Tensor | None = None) -> torch.Tensor:
@@ -187,6 +200,9 @@ class CloneGenerator(nn.Module):
         visemes: read by a viseme model only (None there = no phones known: zeros)."""
         embedding = self.audio(audio)
         if self.visemes is not None and visemes is not None:  # None adds exactly 0 (VisemeEncoder)
+            if self.training and self.audio_mute > 0:  # these samples must be drawn from the visemes alone
+                keep = torch.rand(embedding.shape[0], 1, device=embedding.device) >= self.audio_mute
+                embedding = embedding * keep.to(embedding.dtype)
             embedding = embedding + self.visemes(visemes.to(embedding.dtype))
         a = embedding
         if self.training and self.audio_dropout > 0:  # training-time regulariser; a no-op in eval/ONNX

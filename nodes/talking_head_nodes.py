@@ -272,8 +272,9 @@ class TrainAvatar:
             },
             "optional": {
                 "visemes": ("BOOLEAN", {"default": False, "tooltip": (
-                    "Also learn the mouth from the footage's phones (offline aligner, English speech): the avatar "
-                    "then reads the TTS's phone timings too. Off: audio only, as before.")}),
+                    "Also learn the mouth from the footage's phones (offline aligner, English speech) and from the "
+                    "portrait model's mouth drive of the same speech: the avatar then reads the TTS's phone timings "
+                    "too. Off: audio only, as before.")}),
             },
         }
 

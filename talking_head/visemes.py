@@ -316,9 +316,3 @@ def feature_windows(features: np.ndarray, frames: int) -> np.ndarray:
     half = frames // 2
     idx = np.clip(np.arange(len(feats))[:, None] + np.arange(-half, half + 1)[None, :], 0, len(feats) - 1)
     return np.ascontiguousarray(feats[idx].reshape(len(feats), -1))
-
-
-def phone_feature_windows(phones: Sequence[Any] | None, fps: float, n_frames: int, frames: int) -> np.ndarray:
-    """feature_windows of the viseme track of `phones` (None or empty: all zeros, confidence 0)."""
-    track = viseme_track(phones, fps, n_frames) if phones else None
-    return feature_windows(frame_features(track, n_frames), frames)

@@ -430,7 +430,8 @@ def test_training_with_visemes_reads_the_footages_phones(clip, trained):
     info = train_avatar(track, wave, sr, "tiny_visemes", steps=20, seed=0, resume=False, visemes=True,
                         status=lines.append, **TINY_ARGS)
     assert info.generator_config.viseme_frames == VISEME_FRAMES, lines
-    assert info.meta["visemes"].startswith("training with visemes"), info.meta["visemes"]
+    assert info.meta["visemes"].startswith("training with visemes and portrait's mouth drive"), info.meta["visemes"]
+    assert info.generator_config.mouth_drive and info.generator_config.viseme_width() == VISEME_FRAMES * 10
     import torch
     from safetensors import safe_open
 

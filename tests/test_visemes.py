@@ -260,7 +260,7 @@ def test_side_channel_survives_tts_to_talking_head(kokoro, photo_faces):
 
 
 def test_feature_windows_centre_each_frame_and_repeat_the_edges():
-    from digital_human.talking_head.visemes import FEATURE_NAMES, feature_windows, frame_features, phone_feature_windows
+    from digital_human.talking_head.visemes import FEATURE_NAMES, feature_windows, frame_features, viseme_track
 
     feats = np.arange(5 * 6, dtype=np.float32).reshape(5, 6)
     win = feature_windows(feats, 3)
@@ -271,7 +271,7 @@ def test_feature_windows_centre_each_frame_and_repeat_the_edges():
     with pytest.raises(ValueError, match="odd"):
         feature_windows(feats, 4)
     assert not frame_features(None, 7).any() and frame_features(None, 7).shape == (7, len(FEATURE_NAMES))
-    win = phone_feature_windows([("P", 0.0, 0.1), ("AA", 0.1, 0.4)], 25.0, 10, 1)
+    win = feature_windows(frame_features(viseme_track([("P", 0.0, 0.1), ("AA", 0.1, 0.4)], 25.0, 10), 10), 1)
     closure, confidence = win[:, FEATURE_NAMES.index("closure")], win[:, FEATURE_NAMES.index("confidence")]
     assert closure[:2].all() and not closure[5:].any() and confidence[:8].min() > 0.5
     assert win[5, FEATURE_NAMES.index("jaw_open")] > 0.5  # the open vowel drops the jaw

@@ -19,10 +19,10 @@ from ...engines.clone_model import (VISEME_INPUT, GeneratorConfig, batch_for_fre
 from ...vision.faces import CropLandmarks, FaceTrack
 from ...vision.paste import lower_face_mask
 from ..audio_features import windows_for_frames
-from ..visemes import phone_feature_windows
 from ..driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_frame_count, paste_generated,
                       phase_progress, reference_warnings, validate_audio, validate_track)
 from .avatar_store import AvatarInfo, load_avatar
+from .conditioning import condition_windows
 from .train import crops_at_size
 
 MODEL_NAME = "clone"
@@ -150,8 +150,8 @@ def clone_crops(avatar: AvatarInfo | str, track: FaceTrack, audio: np.ndarray, s
     windows = windows_for_frames(wave, int(sample_rate), fps, n_out, info.mel_config)
     visemes = None
     warnings: list[str] = []
-    if config.viseme_frames:  # small: 6 floats x the window per output frame
-        visemes = phone_feature_windows(phones, fps, n_out, config.viseme_frames)
+    if config.viseme_frames:  # small: 6 (10 with the mouth drive) floats x the window per output frame
+        visemes = condition_windows(phones, wave, int(sample_rate), fps, n_out, config)
         if not phones:
             warnings.append("this avatar reads visemes but the speech came without phone timings: the mouth "
                             "follows the audio alone (TTS speech carries them; for recordings, visemes auto)")

@@ -78,7 +78,10 @@ class CloneData:
     neutral: int               # index of the neutral reference frame
     fps: float
     mouth_shapes: np.ndarray | None = None  # float32 [N, 2 * len(MOUTH_POINTS)] lip points in region pixels
-    visemes: np.ndarray | None = None  # float32 [N, viseme_frames * 6] (visemes.feature_windows) or None
+    visemes: np.ndarray | None = None  # float32 [N, config.viseme_width()] (conditioning.condition_windows) or None
+    # what a sample whose phones are dropped sees instead (viseme_dropout): zeros for a phones-only config,
+    # the audio-only drive for a mouth_drive one (None = zeros)
+    visemes_without_phones: np.ndarray | None = None
 
     def fingerprint(self) -> str:
         h = hashlib.sha256()
@@ -87,8 +90,9 @@ class CloneData:
             h.update(np.ascontiguousarray(arr).tobytes())
         if self.mouth_shapes is not None:
             h.update(np.ascontiguousarray(self.mouth_shapes[:: max(1, len(self.mouth_shapes) // 16)]).tobytes())
-        if self.visemes is not None:
-            h.update(np.ascontiguousarray(self.visemes[:: max(1, len(self.visemes) // 16)]).tobytes())
+        for extra in (self.visemes, self.visemes_without_phones):
+            if extra is not None:
+                h.update(np.ascontiguousarray(extra[:: max(1, len(extra) // 16)]).tobytes())
         h.update(f"{len(self.regions)}|{self.fps}".encode())
         return h.hexdigest()[:24]
 
@@ -158,21 +162,29 @@ def crops_at_size(track: FaceTrack, size: int, frames: np.ndarray | None = None)
 
 
 def prepare_data(crops: np.ndarray, crop_landmarks: np.ndarray, found: np.ndarray, windows: np.ndarray,
-                 fps: float, config: GeneratorConfig, visemes: np.ndarray | None = None) -> CloneData:
-    """visemes: the footage's viseme windows [N, config.viseme_width()] (a viseme config needs them)."""
+                 fps: float, config: GeneratorConfig, visemes: np.ndarray | None = None,
+                 visemes_without_phones: np.ndarray | None = None) -> CloneData:
+    """visemes: the footage's viseme windows [N, config.viseme_width()] (a viseme config needs them);
+    visemes_without_phones: the same windows as speech without phones gives them (a mouth_drive config
+    needs them: its drive channels are not zeros there)."""
     if crops.shape[1] != config.crop_size:
         raise ValueError(f"crops are {crops.shape[1]} px but the generator expects {config.crop_size} px")
     if config.viseme_frames:
-        if visemes is None or np.shape(visemes) != (len(windows), config.viseme_width()):
-            raise ValueError(f"a generator with viseme_frames={config.viseme_frames} trains on viseme windows "
-                             f"[{len(windows)}, {config.viseme_width()}], got "
-                             f"{None if visemes is None else np.shape(visemes)}")
+        want = (len(windows), config.viseme_width())
+        for label, arr, needed in (("viseme windows", visemes, True),
+                                   ("phone-less viseme windows", visemes_without_phones, config.mouth_drive)):
+            if (arr is None and needed) or (arr is not None and np.shape(arr) != want):
+                raise ValueError(f"a generator with viseme_frames={config.viseme_frames}"
+                                 f"{' and mouth_drive' if config.mouth_drive else ''} trains on {label} "
+                                 f"{list(want)}, got {None if arr is None else np.shape(arr)}")
     usable = np.flatnonzero(np.asarray(found, bool)[: len(windows)])
     return CloneData(regions=crops_to_regions(crops, config), windows=np.asarray(windows, np.float32),
                      mouth_boxes=mouth_boxes(crop_landmarks, config), usable=usable.astype(np.int64),
                      neutral=pick_neutral_frame(crop_landmarks, usable), fps=float(fps),
                      mouth_shapes=mouth_shapes(crop_landmarks, config),
-                     visemes=None if not config.viseme_frames else np.asarray(visemes, np.float32))
+                     visemes=None if not config.viseme_frames else np.asarray(visemes, np.float32),
+                     visemes_without_phones=None if not config.viseme_frames or visemes_without_phones is None
+                     else np.asarray(visemes_without_phones, np.float32))
 
 
 def check_footage(track: FaceTrack, audio: np.ndarray | None, sample_rate: int | None,
@@ -315,6 +327,12 @@ def augment_windows(windows, strength: float = 1.0, time_stretch: float = 1.0):
     return out.masked_fill(band[:, None, :, None], 0.0)
 
 
+def _config_key(config: GeneratorConfig) -> str:
+    """The config as the checkpoint fingerprint spells it: a config without the mouth drive keeps the
+    text it had before that field existed, so a training interrupted on an older version still resumes."""
+    return str(config).replace(", mouth_drive=False", "")
+
+
 def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = None,
               time_budget_s: float | None = None, device: str = "auto", batch_size: int | None = None,
               lr: float = 5e-4, seed: int = 0, ref_gap_s: float = 1.0, neutral_prob: float = 1 / 3,
@@ -326,7 +344,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
               clip_grad_norm: float = 1.0, max_bad_steps: int = 50, augment_audio: float = 1.0,
               shape_weight: float = 0.2, shape_components_k: int = 8, audio_dropout: float = 0.3,
               mouth_weight: float = 10.0, time_stretch: float = 1.0, viseme_dropout: float = 0.3,
-              average_weights: float = 0.0) -> FitResult:
+              average_weights: float = 0.0, audio_mute: float = 0.0) -> FitResult:
     """Train (or continue training) the generator on prepared data. Stops at `steps` total steps or
     after `time_budget_s` seconds of training (whichever first), or when `monitor` returns True.
 
@@ -354,7 +372,9 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     the generator has no normalisation layers, so the average needs no re-estimated statistics). 0 = off;
     on, the result's `model` is the average and `last_model` the last step's weights. Off by default: over the
     second half of four 4,500-step H200 runs the average scored 0.1 point better to 2.3 points worse on held-out
-    01b than the same runs' last weights (mean 0.9 worse; results/gpu_clone_visemes_h200_s8.json)."""
+    01b than the same runs' last weights (mean 0.9 worse; results/gpu_clone_visemes_h200_s8.json).
+    audio_mute (viseme configs only): share of samples whose audio embedding is zeroed, so the generator
+    must also draw the mouth from the viseme window (and the mouth drive) alone."""
     import copy
 
     import torch
@@ -384,6 +404,10 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         raise ValueError("a viseme generator config needs CloneData.visemes (prepare_data(visemes=...))")
     if not 0.0 <= viseme_dropout < 1.0:
         raise ValueError(f"viseme_dropout is a share of samples in [0, 1), got {viseme_dropout}")
+    if not 0.0 <= audio_mute < 1.0:
+        raise ValueError(f"audio_mute is a share of samples in [0, 1), got {audio_mute}")
+    if audio_mute > 0 and not config.viseme_frames:
+        raise ValueError("audio_mute needs a viseme config: without visemes a muted sample has nothing to draw from")
     if not 0.0 <= average_weights <= 1.0:
         raise ValueError(f"average_weights is a share of the run in [0, 1], got {average_weights}")
     torch.manual_seed(seed)
@@ -392,6 +416,7 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         torch.backends.cudnn.benchmark = True  # fixed input shapes: let cuDNN pick the fastest kernels
     model = CloneGenerator(config).to(dev)
     model.audio_dropout = float(audio_dropout)
+    model.audio_mute = float(audio_mute)
     shape_head = None
     if shape_weight > 0:
         if data.mouth_shapes is None:
@@ -407,11 +432,12 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     trained = list(model.parameters()) + (list(shape_head.parameters()) if shape_head is not None else [])
     opt = torch.optim.Adam(trained, lr=lr, betas=(0.9, 0.999))
     # the footage, the architecture and the recipe: a checkpoint of other data or settings is not continued
-    fingerprint = (f"{data.fingerprint()}|{config}|shape{shape_weight:g}x{shape_components_k}|drop{audio_dropout:g}"
+    fingerprint = (f"{data.fingerprint()}|{_config_key(config)}|shape{shape_weight:g}x{shape_components_k}|drop{audio_dropout:g}"
                    f"|mouth{mouth_weight:g}|augment{augment_audio:g}"
                    + (f"|stretch{time_stretch:g}" if time_stretch > 1.0 else "")  # off: as before, resumable
                    + (f"|vdrop{viseme_dropout:g}" if config.viseme_frames else "")
-                   + (f"|avg{average_weights:g}" if average_weights > 0 else ""))  # off: as before, resumable
+                   + (f"|avg{average_weights:g}" if average_weights > 0 else "")
+                   + (f"|mute{audio_mute:g}" if audio_mute > 0 else ""))  # off: as before, resumable
     # the tail average of the weights (average_weights > 0): a running mean, kept in FP32 beside the model
     averaged = copy.deepcopy(model).requires_grad_(False) if average_weights > 0 else None
     averaged_n = 0
@@ -447,6 +473,8 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     regions = torch.from_numpy(data.regions).to(dev)
     windows = torch.from_numpy(data.windows).to(dev)
     visemes = torch.from_numpy(data.visemes).to(dev) if config.viseme_frames else None
+    phoneless = (torch.from_numpy(data.visemes_without_phones).to(dev)
+                 if visemes is not None and data.visemes_without_phones is not None else None)
     boxes = torch.from_numpy(data.mouth_boxes).to(dev)
     hole = model.hole
     usable = data.usable
@@ -490,9 +518,10 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
         reference = (regions[ri].float() / 255.0 * gain).clamp(0, 1)
         audio = augment_windows(windows[ti], augment_audio, time_stretch) if augment_audio > 0 else windows[ti]
         vis = None
-        if visemes is not None:  # some samples without phones: the zeros the generator sees when none are known
+        if visemes is not None:  # some samples without phones: what the generator sees when none are known
             keep = torch.from_numpy((rng.random(bs) >= viseme_dropout).astype(np.float32)).to(dev)
-            vis = visemes[ti] * keep[:, None]
+            vis = visemes[ti] * keep[:, None] if phoneless is None else \
+                torch.where(keep[:, None] > 0, visemes[ti], phoneless[ti])
         with autocast:
             pred, embedding = model.forward_parts(target, reference, audio, vis)
         with no_autocast:  # SSIM's variance terms (E[x^2] - E[x]^2) cancel badly in low precision
@@ -617,17 +646,21 @@ def _say(status: Callable[[str], None] | None, text: str) -> None:
 VISEME_FRAMES = 9  # +-4 frames (+-160 ms at 25 fps): about the reach of the mel window and of coarticulation
 
 
-def footage_visemes(mono: np.ndarray, sample_rate: int, fps: float, n_frames: int) -> tuple[np.ndarray | None, str]:
-    """(viseme windows [n_frames, VISEME_FRAMES * 6] of the footage's own speech, or None; a note saying
-    where the phones came from or why there are none)."""
+def footage_visemes(mono: np.ndarray, sample_rate: int, fps: float, n_frames: int,
+                    config: GeneratorConfig) -> tuple[np.ndarray | None, np.ndarray | None, str]:
+    """(viseme windows [n_frames, config.viseme_width()] of the footage's own speech or None, the same
+    windows without phones (viseme_dropout's samples), a note saying where the phones came from or why
+    there are none). config: a viseme config (viseme_frames > 0)."""
     from ..phone_source import speech_phones
-    from ..visemes import phone_feature_windows
+    from .conditioning import condition_windows
 
     found = speech_phones(None, mono, sample_rate, "auto")
     if not found.phones:
-        return None, f"training without visemes: {found.note}"
-    return (phone_feature_windows(found.phones, fps, n_frames, VISEME_FRAMES),
-            f"training with visemes ({VISEME_FRAMES} frames): {found.note}")
+        return None, None, f"training without visemes: {found.note}"
+    drive = " and portrait's mouth drive" if config.mouth_drive else ""
+    return (condition_windows(found.phones, mono, sample_rate, fps, n_frames, config),
+            condition_windows(None, mono, sample_rate, fps, n_frames, config),
+            f"training with visemes{drive} ({config.viseme_frames} frames): {found.note}")
 
 
 # --- the node's entry point -----------------------------------------------------------------------
@@ -638,13 +671,15 @@ def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: st
                  should_stop: Callable[[], bool] | None = None, status: Callable[[str], None] | None = None,
                  resume: bool = True, seed: int = 0, min_seconds: float = MIN_SECONDS,
                  checkpoint_every: int = 250, lr: float = 5e-4, amp: bool | None = None,
-                 visemes: bool = False) -> AvatarInfo:
+                 visemes: bool = False, mouth_drive: bool = True) -> AvatarInfo:
     """Train the `clone` generator on one person's talking video (DH_FACES + its own audio) and save
     the avatar under `<models>/avatars/<name>/`. Returns the DH_AVATAR.
 
     visemes: also condition the generator on the footage's viseme track (phones from the offline aligner,
     English), so that at inference the TTS's phone timings (or the aligner's on a recording) shape the
-    mouth next to the audio; without alignable speech it trains audio-only and says so."""
+    mouth next to the audio; without alignable speech it trains audio-only and says so. mouth_drive (with
+    visemes; on by default): the generator also reads portrait's mouth drive of the same speech
+    (clone/conditioning.py; why it is the default: benchmarks/RESULTS.md, eleventh session)."""
     import torch
 
     # ComfyUI runs every node under torch.inference_mode(): building the model, the training steps and
@@ -659,13 +694,16 @@ def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: st
             config = replace(config, audio_columns=mel_config.window_columns, n_mels=mel_config.n_mels)
         crops, lms = crops_at_size(track, config.crop_size)
         windows = windows_for_frames(mono, int(sample_rate), track.fps, len(track), mel_config)
-        viseme_windows, viseme_note = None, ""
+        viseme_windows, phoneless, viseme_note = None, None, ""
         if visemes:
-            viseme_windows, viseme_note = footage_visemes(mono, int(sample_rate), track.fps, len(track))
+            wanted = replace(config, viseme_frames=VISEME_FRAMES, mouth_drive=bool(mouth_drive))
+            viseme_windows, phoneless, viseme_note = footage_visemes(mono, int(sample_rate), track.fps, len(track),
+                                                                     wanted)
             _say(status, viseme_note)
             if viseme_windows is not None:
-                config = replace(config, viseme_frames=VISEME_FRAMES)
-        data = prepare_data(crops, lms, track.found, windows, track.fps, config, visemes=viseme_windows)
+                config = wanted
+        data = prepare_data(crops, lms, track.found, windows, track.fps, config, visemes=viseme_windows,
+                            visemes_without_phones=phoneless)
         folder = avatar_dir(clean, create=True)  # the checkpoint lives there while training
         fit = fit_clone(data, config, steps=steps, time_budget_s=time_budget_s, device=dev, batch_size=batch_size,
                         lr=lr, seed=seed, progress=progress, should_stop=should_stop, status=status,

@@ -20,7 +20,7 @@ from ..driver import (GeneratedCrops, TalkingHeadResult, frame_schedule, output_
                       phase_progress, reference_warnings, validate_audio, validate_track)
 from .mouth_bank import FEATURES, LIP_POINTS, MouthBank, blend_mouth, build_bank, select_frames, shape_features
 from .mouth_render import MouthGeometry, MouthPose, drive_landmarks, mouth_geometry, mouth_shape, render_mouth
-from .speech_drive import MouthParams, mouth_params
+from .speech_drive import MouthParams
 
 MODEL_NAME = "portrait"
 # The mask grows past the jaw line (fraction of mouth->silhouette distance) so a dropped chin and
@@ -202,13 +202,10 @@ def bank_note(bank: MouthBank | None, chosen: np.ndarray | None, timings: dict[s
 
 def _drive(wave: np.ndarray, rate: int, fps: float, n_out: int, phones: Sequence[Any] | None) -> MouthParams:
     """Audio-only mouth parameters, or (with phone timings) those blended with the viseme track."""
-    params = mouth_params(wave, rate, fps, n_out)
-    if not phones:
-        return params
     from ..visemes import viseme_track
-    from .viseme_drive import blend
+    from .viseme_drive import speech_mouth
 
-    return blend(params, viseme_track(phones, fps, n_out))
+    return speech_mouth(wave, rate, fps, n_out, viseme_track(phones, fps, n_out) if phones else None)
 
 
 def animate_portrait(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..visemes import SILENCE, VisemeTrack
-from .speech_drive import MouthParams
+from .speech_drive import MouthParams, mouth_params
 
 OPEN_GAIN = 1.6       # viseme openings x this before the energy scaling: on dev clip 01a MLD 0.0247 at 1.0, 0.0237 at 1.3, 0.0228 at 1.6 (RESULTS.md)
 LOUD_PERCENTILE = 90  # the clip's "loud speech" opening, from frames the visemes call speech
@@ -54,3 +54,11 @@ def blend(energy: MouthParams, track: VisemeTrack) -> MouthParams:
     lip = lip * (1.0 - close)
     out = [np.clip(a, 0.0, 1.0).astype(np.float32) for a in (jaw, lip, width, rnd)]
     return MouthParams(*out, fps=energy.fps)
+
+
+def speech_mouth(wave: np.ndarray, sample_rate: int, fps: float, n_frames: int,
+                 track: VisemeTrack | None) -> MouthParams:
+    """portrait's drive for `n_frames` frames: the audio-only parameters, blended with the viseme track
+    when the speech's phones are known (None: audio only). `clone` avatars with mouth_drive read the same."""
+    params = mouth_params(wave, sample_rate, fps, n_frames)
+    return params if track is None else blend(params, track)
