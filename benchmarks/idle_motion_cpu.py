@@ -2,7 +2,9 @@
 
 Runs the CLI as child processes, interleaved (on, off, on, off, ...), each with one thread everywhere
 (OMP / OpenBLAS / MKL, OpenCV via OPENCV_FOR_THREADS_NUM, the pack's frame threads), and reads the
-children's user and sys CPU from resource.getrusage. CPU time, not wall time: the machine may be shared.
+children's user and sys CPU from resource.getrusage: in all, and split into the Python process's own
+(the pack's work) and its children's (ffmpeg: decoding and the H.264 encoder, which works harder on a
+moving head). CPU time, not wall time: the machine may be shared.
 
     python benchmarks/idle_motion_cpu.py --face ../shared/data/image/face_02_male.png \
         --audio /tmp/speech10.wav --rounds 3 --json benchmarks/results/idle_motion_cpu_X.json
@@ -23,11 +25,25 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
               "OPENCV_FOR_THREADS_NUM": "1", "DIGITAL_HUMAN_FRAME_THREADS": "1", "NUMEXPR_NUM_THREADS": "1"}
 
 
+# the CLI in this child, which reports its own CPU and its children's (ffmpeg: the encoder) when it exits
+_WRAPPER = """
+import atexit, json, resource, runpy, sys
+def _report():
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    sys.stderr.write("RUSAGE " + json.dumps({"self_user": me.ru_utime, "self_sys": me.ru_stime,
+                                             "children_user": kids.ru_utime, "children_sys": kids.ru_stime}) + "\\n")
+atexit.register(_report)
+sys.argv = ["digital_human", *sys.argv[1:]]
+runpy.run_module("digital_human", run_name="__main__", alter_sys=True)
+"""
+
+
 def run_once(args, idle: bool, out_dir: str) -> dict:
-    cmd = [sys.executable, "-m", "digital_human", "animate", "--face", args.face, "--audio", args.audio,
+    cli = ["animate", "--face", args.face, "--audio", args.audio,
            "--out", os.path.join(out_dir, f"{'on' if idle else 'off'}.mp4"), "--json", *args.extra]
     if not idle:
-        cmd.append("--no-idle-motion")
+        cli.append("--no-idle-motion")
+    cmd = [sys.executable, "-c", _WRAPPER, *cli]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env={**os.environ, **ONE_THREAD}, capture_output=True, text=True)
@@ -35,7 +51,10 @@ def run_once(args, idle: bool, out_dir: str) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    own = json.loads(proc.stderr.rsplit("RUSAGE ", 1)[1].splitlines()[0])
     return {"idle_motion": idle, "user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime,
+            "python_user_s": own["self_user"], "python_sys_s": own["self_sys"],
+            "encoder_user_s": own["children_user"], "encoder_sys_s": own["children_sys"],
             "wall_s": wall, "load": os.getloadavg()[0]}
 
 
@@ -55,13 +74,14 @@ def main() -> None:
                 runs.append(run_once(args, idle, out_dir))
                 print(json.dumps(runs[-1]), flush=True)
     summary = {}
+    parts = {"user": ("user_s",), "user_sys": ("user_s", "sys_s"), "python_user": ("python_user_s",),
+             "python_user_sys": ("python_user_s", "python_sys_s"), "encoder_user": ("encoder_user_s",)}
     for idle in (True, False):
         sel = [x for x in runs if x["idle_motion"] == idle]
-        summary["on" if idle else "off"] = {
-            "user_median_s": statistics.median(x["user_s"] for x in sel),
-            "user_sys_median_s": statistics.median(x["user_s"] + x["sys_s"] for x in sel)}
-    summary["user_ratio"] = summary["on"]["user_median_s"] / summary["off"]["user_median_s"]
-    summary["user_sys_ratio"] = summary["on"]["user_sys_median_s"] / summary["off"]["user_sys_median_s"]
+        summary["on" if idle else "off"] = {f"{name}_median_s": statistics.median(sum(x[k] for k in keys) for x in sel)
+                                            for name, keys in parts.items()}
+    for name in parts:
+        summary[f"{name}_ratio"] = summary["on"][f"{name}_median_s"] / summary["off"][f"{name}_median_s"]
     print(json.dumps(summary))
     if args.json:
         with open(args.json, "w") as f:

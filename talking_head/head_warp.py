@@ -19,11 +19,13 @@ Backward map of output pixel q (continuous px, source = the pasted reference fra
           The newly covered lid is then shaded towards the photo's under-eye skin colour with a thin
           lash line where the lids meet: stretched skin alone carries the brow's shadow and the
           lashes down as a dark smear that reads as an open eye.
-The head field is smooth, so it is evaluated every few pixels and upsampled (exact for the affine
-part); the lid field only inside the eyes' boxes.
+The head weight is evaluated once per photo at every pixel of the region; a frame's head map is then one
+[2, 5] x [5, pixels] product (the affine part of T_i^-1 times the weight); the lid field only inside the
+eyes' boxes.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,7 +57,7 @@ UPPER_SKIP, LOWER_SKIP = 0.1, 0.35
 HEAD_R1, HEAD_R2 = 1.25, 1.9  # weight 1 inside this many face-oval radii, 0 outside the second
 NECK_PIVOT = 0.35      # roll / scale pivot below the chin, in face heights (forehead 10 -> chin 152)
 EDGE_FADE = 0.04       # the weight reaches 0 this share of the frame's short side from its edges
-GRID_PX = 4            # head field sample spacing (it is smooth: affine where the weight is 1)
+BAND_ROWS = 32         # the warp maps and resamples the region in bands of this many rows (cache-sized)
 
 
 def _smoothstep(x: np.ndarray) -> np.ndarray:
@@ -219,24 +221,35 @@ class HeadMotion:
             e.measure_lid_colour(frame)
         self.region = self._region()
         rows, cols = self.region
-        self._step = GRID_PX
-        gy = np.arange(rows.start, rows.stop + self._step, self._step, dtype=np.float64)
-        gx = np.arange(cols.start, cols.stop + self._step, self._step, dtype=np.float64)
-        # grid point j sits where cv2.resize puts coarse sample j: at pixel j * step + (step - 1) / 2
-        self._gx, self._gy = np.meshgrid(gx + (self._step - 1) / 2 + 0.5, gy + (self._step - 1) / 2 + 0.5)
-        self._gw = self.weight(np.stack([self._gx, self._gy], -1))
-        yy, xx = np.mgrid[rows, cols].astype(np.float32) + np.float32(0.5)  # pixel centres, kept per photo
-        self._xx, self._yy = xx, yy
-        self._changed = self.weight(np.stack([xx, yy], -1).astype(np.float64)) > 0
+        yy, xx = np.mgrid[rows, cols].astype(np.float64) + 0.5  # frame pixel centres
+        weight = self.weight(np.stack([xx, yy], -1))
+        self._changed = weight > 0
         for e in self.eyes:  # the lid field reaches past the head weight's support at a frame edge
             x0, y0, x1, y1 = e.box
             self._changed[max(y0 - rows.start, 0):max(y1 - rows.start, 0),
                           max(x0 - cols.start, 0):max(x1 - cols.start, 0)] = True
-        # the head field times this is exactly 0 where nothing may change: the remap at a pixel's own centre
-        # returns that pixel bit for bit, so the warped box is written whole, without a masked copy (which
-        # cost more than the bicubic remap's share of it)
-        self._changed_f = self._changed.astype(np.float32)
-        self._spans = _row_band_spans(self._changed)
+        # frame i's backward map in the region's pixel indices (what cv2.remap takes) is a small product per
+        # band of BAND_ROWS rows (`_band_maps`): index + w (T_i^-1 - I) [X, Y, 1] = index + coef_i [2, 3] .
+        # [w X, w Y, w], with the weight w evaluated exactly per pixel once per photo. Where w = 0 the
+        # map is exactly the pixel's own index (zero terms add nothing), which the bicubic remap returns bit
+        # for bit: a band is written whole. Only each band's span of changed columns is mapped and resampled
+        # (the head is an ellipse in its box); a band's maps and resampled pixels stay in the cache
+        self._spans = _row_band_spans(self._changed, BAND_ROWS)
+        basis = np.stack([weight * xx, weight * yy, weight])
+        self._bands = [np.ascontiguousarray(basis[:, r0:r1, c0:c1], np.float32) for r0, r1, c0, c1 in self._spans]
+        self._cols, self._rows = (np.arange(n, dtype=np.float32) for n in xx.shape[::-1])  # region indices
+        self._local = threading.local()  # per thread: the buffers a frame's warp writes (`_work`)
+
+    def _work(self) -> dict[str, np.ndarray]:
+        """This thread's buffers for one frame's warp, made once: fresh arrays every frame cost more (page
+        faults, cache misses) than the arithmetic in them. Flat; a band uses a prefix."""
+        work = getattr(self._local, "work", None)
+        if work is None:
+            rows, cols = self.region
+            px = max((b.shape[1] * b.shape[2] for b in self._bands), default=1)
+            work = self._local.work = {"src": np.empty((rows.stop - rows.start, cols.stop - cols.start, 3), np.float32),
+                                       "maps": np.empty(2 * px, np.float32), "block": np.empty(3 * px, np.float32)}
+        return work
 
     # --- geometry ---------------------------------------------------------------------------------
     def weight(self, xy: np.ndarray) -> np.ndarray:
@@ -266,44 +279,57 @@ class HeadMotion:
         return np.concatenate([lin, (self.pivot - lin @ self.pivot + shift)[:, None]], axis=1)
 
     # --- pixels -----------------------------------------------------------------------------------
+    def _coef(self, i: int) -> np.ndarray:
+        """float32 [2, 3]: frame i's backward map = index + coef . [w X, w Y, w] (see __init__)."""
+        inv = np.linalg.inv(np.vstack([self.pose(i), [0, 0, 1]]))[:2]
+        return (inv - np.eye(2, 3)).astype(np.float32)
+
+    def _band_maps(self, coef: np.ndarray, k: int, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 [2, rows, cols]: band k's backward maps (region pixel indices; x, y), into `out` (flat) when
+        given. einsum's own loops, not BLAS: a threaded BLAS would spin threads for this thin product."""
+        band = self._bands[k]
+        r0, r1, c0, c1 = self._spans[k]
+        if out is not None:
+            out = out[:2 * band.shape[1] * band.shape[2]].reshape(2, *band.shape[1:])
+        out = np.einsum("ij,jrc->irc", coef, band, out=out, optimize=False)
+        out[0] += self._cols[c0:c1]  # + each pixel's own index: exact where the weight is 0
+        out[1] += self._rows[r0:r1, None]
+        return out
+
     def _maps(self, i: int) -> tuple[np.ndarray, np.ndarray, list]:
-        """Backward maps (continuous frame px) of frame i over the region, and per eye (rows, cols, u, v):
-        the region's pixels near the eye in the eye's reference frame (for the lid shading)."""
+        """Backward maps of frame i over the whole region, in the region's pixel indices (float32 [h, w]: x,
+        y; the bands' maps, each pixel's own index elsewhere), and per eye (rows, cols, u, v): the region's
+        pixels near the eye in the eye's reference frame (for the lid shading)."""
         rows, cols = self.region
         h, w = rows.stop - rows.start, cols.stop - cols.start
-        t = self.pose(i)
-        inv = np.linalg.inv(np.vstack([t, [0, 0, 1]]))[:2]
-        dx = self._gw * (inv[0, 0] * self._gx + inv[0, 1] * self._gy + inv[0, 2] - self._gx)
-        dy = self._gw * (inv[1, 0] * self._gx + inv[1, 1] * self._gy + inv[1, 2] - self._gy)
-        size = (dx.shape[1] * self._step, dx.shape[0] * self._step)
-        if _align._cv2 is not None:
-            up = [_align._cv2.resize(d.astype(np.float32), size, interpolation=_align._cv2.INTER_LINEAR)[:h, :w]
-                  for d in (dx, dy)]
-        else:  # nearest upsampling; fine for the few-pixel, slowly varying head field
-            up = [np.repeat(np.repeat(d, self._step, 0), self._step, 1)[:h, :w].astype(np.float32) for d in (dx, dy)]
-        mx, my = self._xx + up[0] * self._changed_f, self._yy + up[1] * self._changed_f
+        xi, yi = np.arange(w, dtype=np.float32)[None], np.arange(h, dtype=np.float32)[:, None]
+        mx, my = np.repeat(xi, h, 0), np.repeat(yi, w, 1)
+        coef = self._coef(i)
+        for k, (r0, r1, c0, c1) in enumerate(self._spans):
+            mx[r0:r1, c0:c1], my[r0:r1, c0:c1] = self._band_maps(coef, k)
         closure = float(self.motion.blink[i])
         near: list = []
         if closure > 0:
+            origin = np.array([cols.start + 0.5, rows.start + 0.5])  # index -> continuous frame px
+            pad = int(np.ceil(np.abs(mx - xi).max() + np.abs(my - yi).max())) + 2  # the head may move the eye
             for e in self.eyes:
                 x0, y0, x1, y1 = e.box  # the lid field is zero outside the eye's box ...
-                pad = int(np.ceil(np.abs(up[0]).max() + np.abs(up[1]).max())) + 2  # ... the head may move it
                 sy = slice(max(y0 - pad - rows.start, 0), max(min(y1 + pad - rows.start, h), 0))
                 sx = slice(max(x0 - pad - cols.start, 0), max(min(x1 + pad - cols.start, w), 0))
-                pts = np.stack([mx[sy, sx], my[sy, sx]], -1).astype(np.float64)
+                pts = np.stack([mx[sy, sx], my[sy, sx]], -1).astype(np.float64) + origin
                 u, v = e.to_uv(pts)
                 v2 = e.source_v(u, v, closure)
-                moved = e.origin + u[..., None] * e.ex + v2[..., None] * e.ey
-                keep = self._changed[sy, sx]  # the padded slab may leave the region: exact centres there
-                mx[sy, sx] = np.where(keep, moved[..., 0], self._xx[sy, sx])
-                my[sy, sx] = np.where(keep, moved[..., 1], self._yy[sy, sx])
+                moved = e.origin + u[..., None] * e.ex + v2[..., None] * e.ey - origin
+                keep = self._changed[sy, sx]  # the padded slab may leave the region: exact indices there
+                mx[sy, sx] = np.where(keep, moved[..., 0], xi[:, sx])
+                my[sy, sx] = np.where(keep, moved[..., 1], yi[sy])
                 near.append((sy, sx, u, v))
         return mx, my, near
 
     def apply(self, frames: np.ndarray, start: int, origin: tuple[int, int] = (0, 0)) -> np.ndarray:
         """Output frames start..start+k-1 from the pasted frames [k, bh, bw, 3] uint8 (a box of the frame
         whose top-left pixel is `origin` (x, y), holding `region`), warped in place and returned. Only
-        pixels inside the region change."""
+        pixels inside the region change; a frame whose motion is zero is not touched."""
         rows, cols = self.region
         r0, c0 = rows.start - int(origin[1]), cols.start - int(origin[0])
         h, w = rows.stop - rows.start, cols.stop - cols.start
@@ -312,24 +338,30 @@ class HeadMotion:
                              f"region rows {rows.start}:{rows.stop}, cols {cols.start}:{cols.stop}")
         if frames.dtype != np.uint8:
             raise ValueError(f"frames must be uint8, got {frames.dtype}")
-        out = frames
 
         def one(j: int) -> None:  # writes only frame j (OpenCV and numpy release the GIL: frames overlap)
             i = start + j
             if self.motion.still(i):
                 return
-            # the source is exactly the region in both paths (the same pixels, the same replicate border)
-            src = np.ascontiguousarray(frames[j, r0:r0 + h, c0:c0 + w])
-            mx, my, near = self._maps(i)
-            mx -= np.float32(0.5 + cols.start)  # to the region's own pixel-centre coordinates, in place
-            my -= np.float32(0.5 + rows.start)
-            warped = _remap(src, mx, my, self._spans)
+            # the source is exactly the region in both paths (the same pixels, the same replicate border);
+            # the warp writes the region of frames[j] in place, from this copy
+            box = frames[j, r0:r0 + h, c0:c0 + w]
+            work = self._work()
+            np.copyto(work["src"], box)
+            closure = float(self.motion.blink[i])
+            if closure > 0:  # a blink: the whole region's maps, the lids' field in them
+                mx, my, near = self._maps(i)
+                maps = ((mx[a:b, c:d], my[a:b, c:d]) for a, b, c, d in self._spans)
+            else:
+                coef, near = self._coef(i), []
+                maps = (self._band_maps(coef, k, work["maps"]) for k in range(len(self._spans)))
+            for (a, b, c, d), (bx, by) in zip(self._spans, maps):
+                _remap_into(box[a:b, c:d], work["src"], bx, by, work)
             for e, (sy, sx, u, v) in zip(self.eyes, near):
-                e.shade(warped[sy, sx], u, v, float(self.motion.blink[i]))
-            out[j, r0:r0 + h, c0:c0 + w] = warped  # unchanged pixels came through the remap exactly
+                e.shade(box[sy, sx], u, v, closure)
 
         for_each_frame(one, 0, len(frames))
-        return out
+        return frames
 
     def move_landmarks(self, landmarks: np.ndarray, start: int) -> np.ndarray:
         """Output landmarks [k, 468, 3] (source px) of frames start..: the lids and the head moved."""
@@ -353,7 +385,8 @@ class HeadMotion:
 
 def _row_band_spans(changed: np.ndarray, band: int = 16) -> list[tuple[int, int, int, int]]:
     """(row0, row1, col0, col1) per band of `band` rows: the columns holding its changed pixels (the head
-    is an ellipse in its box: ~20 % of the box lies outside every band's span and is never resampled)."""
+    is an ellipse in its box: ~17 % of the box lies outside every 32-row band's span and is never
+    resampled)."""
     spans = []
     for r in range(0, changed.shape[0], band):
         cols = np.flatnonzero(changed[r:r + band].any(axis=0))
@@ -362,33 +395,31 @@ def _row_band_spans(changed: np.ndarray, band: int = 16) -> list[tuple[int, int,
     return spans
 
 
-def _remap(src: np.ndarray, map_x: np.ndarray, map_y: np.ndarray,
-           spans: list[tuple[int, int, int, int]] | None = None) -> np.ndarray:
-    """src [h, w, 3] uint8 sampled at (map_x, map_y) (OpenCV pixel-centre coordinates), uint8. With
-    `spans` (row0, row1, col0, col1), only those blocks are resampled; the rest is src as it is (the
-    caller's maps are exact pixel centres there, which resample to the same pixels)."""
+def _remap_into(dst: np.ndarray, srcf: np.ndarray, map_x: np.ndarray, map_y: np.ndarray,
+                work: dict | None = None) -> None:
+    """dst [r, c, 3] uint8 (a view, written in place) = srcf [h, w, 3] (a float32 copy of the pixels)
+    sampled at (map_x, map_y) [r, c] (OpenCV pixel indices into srcf, replicated border), bicubic, rounded.
+    Bicubic, not bilinear: a bilinear resample at a fraction of a pixel visibly softens the whole head, and
+    by a different amount every frame. Float32 pixels: OpenCV's bicubic remap is vectorised there (uint8
+    is not; ~1.5x), and rounding back gives the uint8 remap's values. Float maps, not OpenCV's fixed point
+    (cv2.convertMaps): with OpenCV 5.0 on this pack's CPUs the fixed-point float32 remap is no faster
+    (2.5-3.3 ms a 512-px head either way, measured interleaved) and rounds positions to 1/32 px.
+    `work` (HeadMotion._work): a flat buffer for the float block."""
+    r, c = map_x.shape
     if _align._cv2 is not None:
         cv2 = _align._cv2
-        # bicubic: a bilinear resample at a fraction of a pixel visibly softens the whole head,
-        # and by a different amount every frame. On float32 pixels OpenCV's bicubic remap runs ~1.5x
-        # faster than on uint8 (vectorised), and rounding it back gives the uint8 result
-        srcf = src.astype(np.float32)
-        out = src.copy()
-        for r0, r1, c0, c1 in spans or [(0, src.shape[0], 0, src.shape[1])]:
-            block = cv2.remap(srcf, np.asarray(map_x[r0:r1, c0:c1], np.float32),
-                              np.asarray(map_y[r0:r1, c0:c1], np.float32), cv2.INTER_CUBIC,
-                              borderMode=cv2.BORDER_REPLICATE)
-            np.clip(block, 0, 255, out=block)
-            out[r0:r1, c0:c1] = np.rint(block, out=block)
-        return out
-    h, w = src.shape[:2]
+        block = None if work is None else work["block"][:3 * r * c].reshape(r, c, 3)
+        block = cv2.remap(srcf, map_x, map_y, cv2.INTER_CUBIC, dst=block, borderMode=cv2.BORDER_REPLICATE)
+        cv2.add(block, 0.0, dst=dst, dtype=cv2.CV_8U)  # rounded to nearest (as np.rint), saturated
+        return
+    h, w = srcf.shape[:2]  # bilinear without OpenCV (only where it is missing)
     x0, y0 = np.floor(map_x).astype(np.int64), np.floor(map_y).astype(np.int64)
     fx, fy = (map_x - x0)[..., None], (map_y - y0)[..., None]
-    acc = np.zeros((*map_x.shape, src.shape[2]), np.float32)
+    acc = np.zeros((r, c, srcf.shape[2]), np.float32)
     for dy, wy in ((0, 1 - fy), (1, fy)):
         for dx, wx in ((0, 1 - fx), (1, fx)):
-            acc += wx * wy * src[np.clip(y0 + dy, 0, h - 1), np.clip(x0 + dx, 0, w - 1)]
-    return np.clip(np.rint(acc), 0, 255).astype(np.uint8)
+            acc += wx * wy * srcf[np.clip(y0 + dy, 0, h - 1), np.clip(x0 + dx, 0, w - 1)]
+    dst[...] = np.clip(np.rint(acc), 0, 255).astype(np.uint8)
 
 
 def attach_idle_motion(gen, wave: np.ndarray, sample_rate: int, seed: int = 0):

@@ -165,33 +165,87 @@ def test_head_moves_background_stays(rendered, photo_track):
     assert dip > 0.5 * moving.motion.motion.ty[nod] * moving.motion.iod
 
 
-def test_warp_equals_a_whole_box_bicubic_remap_kept_to_the_head(photo_track, speech):
-    """The warp resamples only the head's row bands, in float32, and relies on exact pixel-centre maps
-    elsewhere: the frames must equal a plain uint8 bicubic remap of the whole box, copied back only
-    where the head weight (or an eye) may change pixels."""
-    import cv2
-
+def _warp_setup(photo_track, speech, n: int = 40):
     from digital_human.talking_head.head_warp import HeadMotion
 
     wave, sr = speech
-    n = 40
     head = HeadMotion(photo_track.landmarks[0], photo_track.frames[0], im.idle_motion(wave, sr, FPS, n, SEED))
     frames = np.repeat(photo_track.frames[:1], n, axis=0)
     frames[:, ::7] = 255 - frames[:, ::7]  # a textured box: any resampled pixel outside the head would show
-    got = head.apply(frames.copy(), 0)
+    return head, frames
+
+
+def _reference_warp(head, frames, maps_of):
+    """A plain uint8 bicubic remap of the whole region with float maps maps_of(i) -> (mx, my, near) (region
+    pixel indices), the lids shaded, copied back only where the head weight (or an eye) may change pixels."""
+    import cv2
+
     rows, cols = head.region
-    for i in range(n):
+    out = frames.copy()
+    for i in range(len(frames)):
         if head.motion.still(i):
             continue
         src = np.ascontiguousarray(frames[i, rows, cols])
-        mx, my, near = head._maps(i)
-        want = cv2.remap(src, mx - 0.5 - cols.start, my - 0.5 - rows.start, cv2.INTER_CUBIC,
-                         borderMode=cv2.BORDER_REPLICATE)
+        mx, my, near = maps_of(i)
+        want = cv2.remap(src, mx, my, cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE)
         for e, (sy, sx, u, v) in zip(head.eyes, near):
             e.shade(want[sy, sx], u, v, float(head.motion.blink[i]))
-        expect = frames[i].copy()
-        np.copyto(expect[rows, cols], want, where=head._changed[..., None])
-        np.testing.assert_array_equal(got[i], expect)
+        np.copyto(out[i, rows, cols], want, where=head._changed[..., None])
+    return out
+
+
+def test_warp_equals_a_whole_box_bicubic_remap_kept_to_the_head(photo_track, speech):
+    """The warp maps and resamples only the head's row bands, in float32, from per-band buffers, and relies
+    on exact pixel-index maps elsewhere: the frames (blinks included) must equal a plain uint8 bicubic remap
+    of the whole box with the same maps, copied back only where the head weight (or an eye) may change."""
+    head, frames = _warp_setup(photo_track, speech)
+    assert (head.motion.blink > 0).any() and not (head.motion.blink > 0).all()  # both kinds of frame
+    got = head.apply(frames.copy(), 0)
+    np.testing.assert_array_equal(got, _reference_warp(head, frames, head._maps))
+
+
+def test_warp_within_a_level_or_two_of_the_coarse_grid_maps(photo_track, speech):
+    """The head map was the weight sampled every 4 px and upsampled (bilinear) with the affine displacement;
+    it is now exact at every pixel (one small product per band). The frames moved by at most 2 levels, on
+    well under 1% of the head's pixels (the photo itself, not the textured box: its 255-level edges every 7
+    rows are far sharper than a real head's)."""
+    import cv2
+
+    head, _ = _warp_setup(photo_track, speech)
+    frames = np.repeat(photo_track.frames[:1], len(head.motion.blink), axis=0)
+    rows, cols = head.region
+    h, w = rows.stop - rows.start, cols.stop - cols.start
+    step = 4
+    gy = np.arange(rows.start, rows.stop + step, step, dtype=np.float64) + (step - 1) / 2 + 0.5
+    gx = np.arange(cols.start, cols.stop + step, step, dtype=np.float64) + (step - 1) / 2 + 0.5
+    gx, gy = np.meshgrid(gx, gy)
+    gw = head.weight(np.stack([gx, gy], -1))
+
+    def coarse_maps(i):
+        mx, my, near = head._maps(i)  # the lids' field on top of the exact head map, as before
+        inv = np.linalg.inv(np.vstack([head.pose(i), [0, 0, 1]]))[:2]
+        d = [gw * (inv[k, 0] * gx + inv[k, 1] * gy + inv[k, 2] - (gx, gy)[k]) for k in range(2)]
+        up = [cv2.resize(v.astype(np.float32), (v.shape[1] * step, v.shape[0] * step),
+                         interpolation=cv2.INTER_LINEAR)[:h, :w] * head._changed for v in d]
+        if head.motion.blink[i] == 0:
+            return up[0] + np.arange(w, dtype=np.float32), up[1] + np.arange(h, dtype=np.float32)[:, None], near
+        return mx, my, near
+
+    got = head.apply(frames.copy(), 0)
+    before = _reference_warp(head, frames, coarse_maps)
+    diff = np.abs(got.astype(int) - before)[:, rows, cols][:, head._changed]
+    print("vs coarse maps: max", diff.max(), "share > 0", (diff > 0).mean())
+    assert diff.max() <= 2 and (diff > 0).mean() < 0.01
+
+
+def test_warp_threads_give_the_same_frames(photo_track, speech, monkeypatch):
+    """Each thread warps from its own buffers: frames on 1 and 3 threads are identical."""
+    head, frames = _warp_setup(photo_track, speech, n=24)
+    monkeypatch.setenv("DIGITAL_HUMAN_FRAME_THREADS", "1")
+    one = head.apply(frames.copy(), 0)
+    monkeypatch.setenv("DIGITAL_HUMAN_FRAME_THREADS", "3")
+    for _ in range(3):
+        np.testing.assert_array_equal(head.apply(frames.copy(), 0), one)
 
 
 def test_off_switch_gives_todays_frames(photo_track, speech):
