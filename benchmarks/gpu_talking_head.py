@@ -56,9 +56,11 @@ def load_pack(path: Path) -> dict:
     return pack
 
 
-def pack_visemes(pack: dict, key: str, config, phones: bool = True) -> np.ndarray:
+def pack_visemes(pack: dict, key: str, config, phones: bool = True, drive_gain: float = 1.0) -> np.ndarray:
     """The viseme windows of clip `key` for `config` (conditioning.condition_windows' layout): the viseme
-    features (zeros without phones) and, for a mouth_drive config, portrait's drive with or without phones."""
+    features (zeros without phones) and, for a mouth_drive config, portrait's drive with or without phones,
+    its jaw and lip openings times drive_gain (clipped to 0..1)."""
+    from digital_human.engines.clone_model import VISEME_CHANNELS
     from digital_human.talking_head.visemes import feature_windows
 
     feats = pack[f"{key}_visemes"] if phones else np.zeros_like(pack[f"{key}_visemes"])
@@ -67,7 +69,21 @@ def pack_visemes(pack: dict, key: str, config, phones: bool = True) -> np.ndarra
         if name not in pack:
             raise SystemExit("--drive needs a pack with portrait's drive: re-run eval_talking_head.py --prepare")
         feats = np.concatenate([feats, pack[name]], axis=1)
+        opening = slice(VISEME_CHANNELS, VISEME_CHANNELS + 2)
+        feats[:, opening] = np.clip(feats[:, opening] * np.float32(drive_gain), 0.0, 1.0)
     return feature_windows(feats, config.viseme_frames)
+
+
+def footage_gain(pack: dict) -> float:
+    """A drive gain that a video reference could supply at inference: the driven footage's (01b's) average
+    mouth opening over the training footage's (01a's). Tried in the eleventh session: the generator's mouths
+    did not change with it (RESULTS.md), so the product has no such gain."""
+    from digital_human.talking_head.clone.train import mouth_opening
+
+    def mean_opening(key: str) -> float:
+        return float(mouth_opening(pack[f"{key}_landmarks"][pack[f"{key}_found"]]).mean())
+
+    return mean_opening("b") / mean_opening("a")
 
 
 def mesh_runner(pack: dict, workdir: Path):
@@ -98,6 +114,7 @@ class HeldOut:
         self.visemes = None  # 01b's viseme windows for a viseme config (its own speech's aligner phones)
         if config.viseme_frames:
             self.visemes = pack_visemes(pack, "b", config)[:n]
+        self.pack, self.n = pack, n
         self.wave = pack["b_wave16k"].astype(np.float32) / 32767.0
         self.wave = self.wave[: int(round(n / self.fps * 16000))]
         self.masks = np.stack([lower_face_mask(lm, self.crops.shape[1], jaw_margin=MASK_JAW_MARGIN) for lm in self.lms])
@@ -113,6 +130,10 @@ class HeldOut:
 
     def __len__(self) -> int:
         return len(self.crops)
+
+    def set_drive_gain(self, gain: float) -> None:
+        """Drive the generator with 01b's drive openings times `gain` from now on (mouth_drive configs)."""
+        self.visemes = pack_visemes(self.pack, "b", self.config, drive_gain=gain)[: self.n]
 
     def baseline_for(self, n: int) -> dict:
         """Baseline (a) scores on the first n frames (cached; the subset's own reference point)."""
@@ -299,6 +320,18 @@ def train_to_target(pack: dict, args, run_mesh, out_dir: Path, report: dict) -> 
         result["final_last"] = last
         print(line(last, "last "), flush=True)
         print(diag_line(last), flush=True)
+    if args.calibrate and config.mouth_drive:  # the inference-time drive gain from the footages' average openings
+        gain = footage_gain(pack)
+        held.set_drive_gain(gain)
+        te = time.perf_counter()
+        cal = held.score(fit.model)
+        cal.update(step=fit.steps, train_s=fit.seconds, loss=fit.loss, eval_s=time.perf_counter() - te,
+                   mld_vs_baseline=cal["mld"] / base - 1, drive_gain=gain)
+        openings["final_calibrated"] = cal.pop("opening")
+        result["final_calibrated"] = cal
+        print(line(cal, f"gain {gain:.3f}"), flush=True)
+        print(diag_line(cal), flush=True)
+        held.set_drive_gain(1.0)
     np.savez_compressed(out_dir / "openings.npz", **openings)
     if args.dump:  # before save_generator, which moves the model to the CPU
         dump_for_analysis(pack, held, fit.model, data, out_dir, run_mesh)
@@ -499,6 +532,8 @@ def main() -> None:
                     help="train with the viseme conditioning (TrainAvatar visemes=True; the pack's aligner phones)")
     ap.add_argument("--drive", action="store_true",
                     help="--visemes plus portrait's mouth drive (TrainAvatar mouth_drive=True; needs a pack with *_drive)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="--drive: also score with the drive's openings scaled to 01b's average opening over 01a's")
     ap.add_argument("--viseme-dropout", type=float, default=0.3, help="fit_clone's viseme_dropout")
     ap.add_argument("--audio-mute", type=float, default=0.0, help="fit_clone's audio_mute (viseme configs)")
     ap.add_argument("--score-weights", type=Path, nargs="+",
