@@ -7,7 +7,8 @@ children's user and sys CPU from resource.getrusage: in all, and split into the 
 moving head). CPU time, not wall time: the machine may be shared.
 
     python benchmarks/idle_motion_cpu.py --face ../shared/data/image/face_02_male.png \
-        --audio /tmp/speech10.wav --rounds 3 --json benchmarks/results/idle_motion_cpu_X.json
+        --audio /tmp/speech10.wav --rounds 3 --json benchmarks/results/idle_motion_cpu_X.json \
+        [--variant before=/tmp/old --variant after=/tmp/new]   # copies of the pack, interleaved
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ runpy.run_module("digital_human", run_name="__main__", alter_sys=True)
 """
 
 
-def run_once(args, idle: bool, out_dir: str) -> dict:
+def run_once(args, idle: bool, out_dir: str, variant: str = "", path: str = "") -> dict:
     cli = ["animate", "--face", args.face, "--audio", args.audio,
            "--out", os.path.join(out_dir, f"{'on' if idle else 'off'}.mp4"), "--json", *args.extra]
     if not idle:
@@ -46,13 +47,16 @@ def run_once(args, idle: bool, out_dir: str) -> dict:
     cmd = [sys.executable, "-c", _WRAPPER, *cli]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env={**os.environ, **ONE_THREAD}, capture_output=True, text=True)
+    env = {**os.environ, **ONE_THREAD}
+    if path:  # another copy of the pack (a folder holding digital_human/) instead of the installed one
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [path, env.get("PYTHONPATH", "")]))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=out_dir)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     own = json.loads(proc.stderr.rsplit("RUSAGE ", 1)[1].splitlines()[0])
-    return {"idle_motion": idle, "user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime,
+    return {"variant": variant, "idle_motion": idle, "user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime,
             "python_user_s": own["self_user"], "python_sys_s": own["self_sys"],
             "encoder_user_s": own["children_user"], "encoder_sys_s": own["children_sys"],
             "wall_s": wall, "load": os.getloadavg()[0]}
@@ -65,14 +69,28 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", help="write the runs and medians here")
     ap.add_argument("--label", default="")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL=PATH",
+                    help="compare copies of the pack, interleaved: PATH holds digital_human/ (repeatable)")
     ap.add_argument("extra", nargs="*", help="more animate arguments (after --)")
     args = ap.parse_args()
+    args.face, args.audio = os.path.abspath(args.face), os.path.abspath(args.audio)
+    variants = [tuple(v.split("=", 1)) for v in args.variant] or [("", "")]
     runs = []
     with tempfile.TemporaryDirectory() as out_dir:
         for r in range(args.rounds):
-            for idle in ((True, False) if r % 2 == 0 else (False, True)):
-                runs.append(run_once(args, idle, out_dir))
+            order = [(v, idle) for v in variants for idle in (True, False)]
+            for (label, path), idle in (order if r % 2 == 0 else order[::-1]):
+                runs.append(run_once(args, idle, out_dir, label, os.path.abspath(path) if path else ""))
                 print(json.dumps(runs[-1]), flush=True)
+    result = {label or "installed": _summary([x for x in runs if x["variant"] == label]) for label, _ in variants}
+    print(json.dumps(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"label": args.label, "face": args.face, "audio": args.audio, "threads": ONE_THREAD,
+                       "variants": dict(variants), "extra": args.extra, "runs": runs, "summary": result}, f, indent=1)
+
+
+def _summary(runs: list[dict]) -> dict:
     summary = {}
     parts = {"user": ("user_s",), "user_sys": ("user_s", "sys_s"), "python_user": ("python_user_s",),
              "python_user_sys": ("python_user_s", "python_sys_s"), "encoder_user": ("encoder_user_s",)}
@@ -82,11 +100,7 @@ def main() -> None:
                                             for name, keys in parts.items()}
     for name in parts:
         summary[f"{name}_ratio"] = summary["on"][f"{name}_median_s"] / summary["off"][f"{name}_median_s"]
-    print(json.dumps(summary))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"label": args.label, "face": args.face, "audio": args.audio, "threads": ONE_THREAD,
-                       "extra": args.extra, "runs": runs, "summary": summary}, f, indent=1)
+    return summary
 
 
 if __name__ == "__main__":
