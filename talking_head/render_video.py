@@ -311,15 +311,7 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
     # two differ by the smoothing of a moving face (bounded in tests/test_idle_motion.py)
 
     def moved(start: int, frames):
-        if motion is None:
-            return frames
-        if frames.device.type == "cpu":  # the frames' own memory (full_frames makes fresh tensors): in place
-            motion.apply(frames.numpy(), start)
-            return frames
-        mrows, mcols = motion.region
-        box = frames[:, mrows, mcols].cpu().numpy()
-        frames[:, mrows, mcols] = torch.from_numpy(motion.apply(box, start, (mcols.start, mrows.start))).to(dev)
-        return frames
+        return frames if motion is None else warp_frames(motion, frames, start)
 
     has_box = rows.stop > rows.start and cols.stop > cols.start
     box_bytes = (rows.stop - rows.start) * (cols.stop - cols.start) * 3 * 4
@@ -455,6 +447,21 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
         yield from emit(ready, False)
     ready += smoother.flush()
     yield from emit(ready, True)
+
+
+def warp_frames(motion, frames, start: int, in_place: bool | None = None):
+    """Full frames (torch uint8 [k, H, W, 3], output frames start..) moved by `motion` (FrameMotion, on the
+    CPU) and returned. in_place (default: the frames are on the CPU): warp their own memory (full_frames
+    makes fresh tensors); else the head's box goes to the CPU and back."""
+    import torch
+
+    if in_place if in_place is not None else frames.device.type == "cpu":
+        motion.apply(frames.numpy(), start)
+        return frames
+    rows, cols = motion.region
+    box = frames[:, rows, cols].cpu().numpy()
+    frames[:, rows, cols] = torch.from_numpy(motion.apply(box, start, (cols.start, rows.start))).to(frames.device)
+    return frames
 
 
 def _priority_stream(dev):

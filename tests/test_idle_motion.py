@@ -316,3 +316,16 @@ def test_headless_path_warps_the_finished_frames(photo_track, speech):
                                                                chunk_frames=7)])
     np.testing.assert_array_equal(got, on.motion.apply(plain.copy(), 0))
     assert np.abs(got.astype(int) - plain).max() > 10
+
+
+def test_headless_warp_through_a_copy_of_the_head_box(photo_track, speech):
+    """On a GPU the headless path sends the head's box to the CPU and back (warp_frames, not in place): the
+    same frames as the CPU's in-place warp."""
+    import torch
+
+    from digital_human.talking_head.render_video import warp_frames
+
+    head, frames = _warp_setup(photo_track, speech, n=12)
+    a = warp_frames(head, torch.from_numpy(frames[5:].copy()), 5, in_place=True)
+    b = warp_frames(head, torch.from_numpy(frames[5:].copy()), 5, in_place=False)
+    assert torch.equal(a, b) and not torch.equal(a, torch.from_numpy(frames[5:]))
