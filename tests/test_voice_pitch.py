@@ -35,7 +35,12 @@ def test_fitted_voice_of_a_male_speaker_keeps_his_pitch(male_clip, setup_models)
     # progress: called per synthesis, never backwards, ends full, one total throughout
     assert len(calls) >= result.evaluations and calls[-1][0] == calls[-1][1]
     assert [d for d, _ in calls] == sorted(d for d, _ in calls) and len({t for _, t in calls}) == 1
-    assert result.base_voice == "jm_kumo"  # the only bundled voice that reaches a male pitch
+    # a man's voice: jm_kumo with only the five Japanese voices (the only male one), else an English man's
+    from digital_human.voice.tts import bundled_voices
+    from digital_human.voice.voice_pool import language_pool
+
+    men = [name for name in language_pool(bundled_voices(), "en") if name[1:3] == "m_"]
+    assert result.base_voice in men and (len(men) > 1 or men == ["jm_kumo"]), (result.base_voice, men)
     speech = synthesize_speech("The old lighthouse keeper wrote a letter to his daughter every winter evening.",
                                fitted).waveform
     ratio = median_pitch(speech) / profile.pitch_hz_median
