@@ -127,3 +127,16 @@ def test_fit_scores_only_the_shortlist_of_a_large_pool(monkeypatch):
     assert sorted(handed["match"]) == sorted(f"am_v{i}" for i in range(8 - SHORTLIST, 8))
     assert str(fitted.extras[clone.KEY_BASE_VOICE]) == "am_v7"
     assert len(fitted.extras[clone.KEY_SCORES]) == len(voices)  # every bundled voice, in bundled order
+
+
+def test_a_speaker_fitted_on_a_voice_that_is_not_installed_gets_a_clear_error(monkeypatch):
+    from digital_human.voice import tts
+    from digital_human.voice.speaker import SpeakerProfile
+
+    monkeypatch.setattr(tts, "bundled_voices", lambda: {"jm_kumo": _pack(0)})
+    emb = np.ones(256, np.float32) / 16
+    speaker = SpeakerProfile(embedding=emb, segment_embeddings=emb[None], content_hash="x", speech_seconds=5.0,
+                             name="anna", extras={tts.KEY_BASE_VOICE: np.array("af_heart"),
+                                                  tts.KEY_OFFSET: np.zeros(128, np.float32)})
+    with pytest.raises(ValueError, match="'af_heart', which is not installed here: run `python -m digital_human setup`"):
+        tts._voice_for(speaker, "auto", 1.0)

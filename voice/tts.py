@@ -80,6 +80,10 @@ def _voice_for(speaker: SpeakerProfile | None, base_voice: str, strength: float)
         raise ValueError(f"base voice '{base_voice}' is not bundled; choose auto or one of {sorted(voices)}")
     imitated_base = str(speaker.extras[KEY_BASE_VOICE]) if speaker and KEY_BASE_VOICE in speaker.extras else None
     if imitated_base and base_voice in ("auto", imitated_base):
+        if imitated_base not in voices:  # fitted where `setup` had installed Kokoro's English/Mandarin voices
+            raise ValueError(f"{speaker.name or 'this speaker'}'s voice was fitted from the Kokoro voice "
+                             f"'{imitated_base}', which is not installed here: run `python -m digital_human setup` "
+                             "(it fetches the English and Mandarin voices), or extract the speaker embedding again")
         strength = float(np.clip(strength, 0.0, 1.0))
         offset = np.asarray(speaker.extras[KEY_OFFSET], np.float32)
         pack = apply_offset(voices[imitated_base], offset * strength)
