@@ -361,14 +361,16 @@ def cache_probe_pitches(backend: str = "auto", precision: str = "auto") -> dict[
     return out
 
 
-def uncached_pitch_count(voices: dict[str, np.ndarray], probe_text: str, backend: str, precision: str) -> int:
-    cached = _load_probe_pitches()
+def _uncached(cached: dict, voices: dict[str, np.ndarray], probe_text: str, backend: str, precision: str) -> int:
     return sum(_probe_pitch_key(p, probe_text, backend, precision) not in cached for p in voices.values())
+
+
+def uncached_pitch_count(voices: dict[str, np.ndarray], probe_text: str, backend: str, precision: str) -> int:
+    return _uncached(_load_probe_pitches(), voices, probe_text, backend, precision)
 
 
 def uncached_embedding_count(voices: dict[str, np.ndarray], probe_text: str, backend: str, precision: str) -> int:
-    cached = _load_probe_embeddings()
-    return sum(_probe_pitch_key(p, probe_text, backend, precision) not in cached for p in voices.values())
+    return _uncached(_load_probe_embeddings(), voices, probe_text, backend, precision)
 
 
 def _wave_and_rate(reference: Any) -> tuple[np.ndarray, int]:
