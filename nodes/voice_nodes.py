@@ -243,8 +243,9 @@ class TRT_TTS:
                                  "tooltip": "Kokoro is deterministic; change to force a re-run."}),
                 "imitation_strength": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 1.0, "step": 0.05,
                                                  "tooltip": "0 = nearest bundled voice, 1 = fitted voice."}),
-                "base_voice": (["auto", "jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"],
-                               {"default": "auto"}),
+                "base_voice": (["auto", *_kokoro_voice_names()],
+                               {"default": "auto", "tooltip": "auto = the speaker's fitted voice. The English and "
+                                "Mandarin voices appear once `setup` has installed them."}),
                 "backend": (BACKENDS, {"default": "auto"}),
                 "precision": (PRECISIONS, {"default": "auto"}),
             },
@@ -321,6 +322,21 @@ class TRT_TTS:
 
 ENGINE_TOOLTIP = ("kokoro: embedded, no files needed. cosyvoice2: zero-shot cloning (Apache-2.0), needs the "
                   "CosyVoice2-0.5B folder in models/digital_human/cosyvoice/ and `pip install .[cosyvoice]`.")
+
+
+JAPANESE_VOICES = ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]  # in the PyPI package
+
+
+def _kokoro_voice_names() -> list[str]:
+    """Every installed Kokoro voice (the Japanese five, plus English and Mandarin after `setup`)."""
+    from ..engines.kokoro.assets import voice_names
+    from ..engines.kokoro.voice_set import installed_voice_names
+
+    try:
+        return voice_names()
+    except (OSError, ValueError, RuntimeError) as exc:  # setup not run yet: the node still lists its voices
+        log.warning("could not list the Kokoro voices (%s)", exc)
+        return JAPANESE_VOICES + [n for n in installed_voice_names() if n not in JAPANESE_VOICES]
 
 
 def _engine_names() -> list[str]:

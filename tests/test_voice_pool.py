@@ -140,3 +140,22 @@ def test_a_speaker_fitted_on_a_voice_that_is_not_installed_gets_a_clear_error(mo
                                                   tts.KEY_OFFSET: np.zeros(128, np.float32)})
     with pytest.raises(ValueError, match="'af_heart', which is not installed here: run `python -m digital_human setup`"):
         tts._voice_for(speaker, "auto", 1.0)
+
+
+def test_the_tts_node_offers_every_installed_voice(tmp_path, monkeypatch):
+    from digital_human.engines.kokoro import assets
+    from digital_human.nodes.voice_nodes import JAPANESE_VOICES, TRT_TTS
+
+    japanese = assets._data_path("voices_ja.npz")  # from the real models folder (setup) or the package
+    monkeypatch.setenv("DIGITAL_HUMAN_MODELS", str(tmp_path / "models"))
+    listed = lambda: TRT_TTS.INPUT_TYPES()["required"]["base_voice"][0]  # noqa: E731
+    assert listed() == ["auto", *JAPANESE_VOICES]  # before setup: the five the pack always has
+    (tmp_path / "models" / "kokoro" / "data").mkdir(parents=True)
+    (tmp_path / "models" / "kokoro" / "data" / "voices_ja.npz").write_bytes(japanese.read_bytes())
+    assert listed() == ["auto", *JAPANESE_VOICES]
+    blob = _tarball(tmp_path, {"package/voices/am_eric.bin": _pack(0).tobytes(),
+                               "package/voices/zf_xiaoni.bin": _pack(1).tobytes()})
+    monkeypatch.setattr(voice_set, "INTEGRITY", voice_set._integrity(blob))
+    voice_set.install_voice_set(tmp_path)
+    assert listed() == ["auto", *JAPANESE_VOICES, "am_eric", "zf_xiaoni"]
+    assert assets.voice_names() == list(assets.load_voices())  # the list names what TTS can load, in its order

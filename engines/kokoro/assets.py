@@ -165,6 +165,16 @@ def load_voices() -> dict[str, np.ndarray]:
     return {**voices, **{k: v for k, v in installed_voices().items() if k not in voices}}
 
 
+def voice_names() -> list[str]:
+    """The names load_voices() would return, in its order, read from the file lists only (cheap enough
+    for a node's input list)."""
+    from .voice_set import installed_voice_names
+
+    with np.load(_data_path("voices_ja.npz"), allow_pickle=False) as npz:
+        names = list(npz.files)
+    return names + [n for n in installed_voice_names() if n not in names]
+
+
 def kokoro_assets(refresh: bool = False) -> KokoroAssets:
     """All Kokoro files, assembled and verified once per process (thread-safe)."""
     global _cached

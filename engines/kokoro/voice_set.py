@@ -92,6 +92,12 @@ def install_voice_set(wheel_dir: Path | None = None) -> dict[str, Path]:
     return written
 
 
+def installed_voice_names() -> list[str]:
+    """The unpacked voices' names, sorted, without reading them (the TTS node's voice list)."""
+    out = voice_dir()
+    return [p.stem for p in sorted(out.glob("*.bin"))] if (out / DONE).is_file() else []
+
+
 def installed_voices() -> dict[str, np.ndarray]:
     """The unpacked voices (name -> float32 [510, 1, 256]), sorted by name; empty when not installed."""
     out = voice_dir()
