@@ -244,8 +244,9 @@ class TRT_TTS:
                 "imitation_strength": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 1.0, "step": 0.05,
                                                  "tooltip": "0 = nearest bundled voice, 1 = fitted voice."}),
                 "base_voice": (["auto", *_kokoro_voice_names()],
-                               {"default": "auto", "tooltip": "auto = the speaker's fitted voice. The English and "
-                                "Mandarin voices appear once `setup` has installed them."}),
+                               {"default": "auto", "tooltip": "auto = the speaker's fitted voice when it has one. "
+                                "The English and Mandarin voices appear once `setup` "
+                                "has installed them."}),
                 "backend": (BACKENDS, {"default": "auto"}),
                 "precision": (PRECISIONS, {"default": "auto"}),
             },
@@ -327,6 +328,9 @@ ENGINE_TOOLTIP = ("kokoro: embedded, no files needed. cosyvoice2: zero-shot clon
 JAPANESE_VOICES = ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]  # in the PyPI package
 
 
+_voice_list_warned: list[str] = []
+
+
 def _kokoro_voice_names() -> list[str]:
     """Every installed Kokoro voice (the Japanese five, plus English and Mandarin after `setup`)."""
     from ..engines.kokoro.assets import voice_names
@@ -335,7 +339,9 @@ def _kokoro_voice_names() -> list[str]:
     try:
         return voice_names()
     except (OSError, ValueError, RuntimeError) as exc:  # setup not run yet: the node still lists its voices
-        log.warning("could not list the Kokoro voices (%s)", exc)
+        if not _voice_list_warned:  # ComfyUI asks for the inputs on every page load: say it once
+            _voice_list_warned.append(str(exc))
+            log.warning("could not list the Kokoro voices (%s)", exc)
         return JAPANESE_VOICES + [n for n in installed_voice_names() if n not in JAPANESE_VOICES]
 
 
