@@ -1,4 +1,4 @@
-"""Can the audio side of `clone` generalise better from 01a to 01b? Two probes behind RESULTS.md's stop-11 notes (CPU).
+"""Can the audio side of `clone` generalise better from 01a to 01b? Two probes behind RESULTS.md's 2026-11-30 clone notes (CPU).
 
 No images and no generator: FaceAlign's lip landmarks of 01a/01b and their log-mel windows, as in
 mouth_audio_analysis.py.

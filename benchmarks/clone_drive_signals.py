@@ -1,12 +1,12 @@
 """How well does each per-frame speech signal follow the real mouth of 01a/01b? (CPU, ~1 min; RESULTS.md,
-eleventh session's `clone` notes.)
+2026-12-02 `clone` notes.)
 
 From a pack of eval_talking_head.py --prepare: the correlation with the real mouth opening (the clone trainer's
 `mouth_opening` of the pack's FaceAlign landmarks, found frames) of the viseme track's jaw/lip targets (the
 aligner's phone loop), portrait's blended drive, the audio-only drive, and - with --asr - the viseme track of a
 forced alignment to the clip's own pocketsphinx transcript (benchmarks/asr.py). Also both clips' mean opening.
 
-  python benchmarks/clone_drive_signals.py --pack benchmarks/out/th_pack_s11.npz [--asr]
+  python benchmarks/clone_drive_signals.py --pack benchmarks/out/th_pack.npz [--asr]
 """
 from __future__ import annotations
 

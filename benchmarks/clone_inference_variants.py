@@ -1,5 +1,5 @@
 """Inference-time variants of a trained `clone` on held-out 01b: does smoothing over time or averaging
-references move the mouth-landmark distance? Behind RESULTS.md's stop-11 notes (CPU, ~6 min per model).
+references move the mouth-landmark distance? Behind RESULTS.md's 2026-11-30 clone notes (CPU, ~6 min per model).
 
 Takes FP16 weights that `gpu_talking_head.py --dump` wrote and the pack of `eval_talking_head.py
 --prepare`, and scores (as the harness does: all 812 frames, 01a's neutral frame as reference, face

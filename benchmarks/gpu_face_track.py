@@ -1,6 +1,6 @@
 """FaceAlign's face track on a GPU: the per-call path against the device path (engines/face/device_track.py).
 
-Per call (vision.track.FaceOps, the path before session 9): each model call cuts its input region on the host,
+Per call (vision.track.FaceOps, the path before a64896d): each model call cuts its input region on the host,
 uploads it, samples it op by op and reads the outputs back one by one. Device path (vision.track.DeviceOps, the
 default for torch CUDA runners): each frame uploaded once, each call one CUDA graph of sampling + network, one
 read-back. Both run in this process on the same frames, alternating, with the track cache cleared before each

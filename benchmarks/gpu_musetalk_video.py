@@ -12,9 +12,9 @@ A setting is precision[:compile][:graphs|:nographs][:serial][:facepercall] (prec
 bf16 or fp32, the baseline; compile: the DIGITAL_HUMAN_MUSETALK_COMPILE=1 path, torch.compile of the generation
 step and the VAE encoder; graphs / nographs: DIGITAL_HUMAN_MUSETALK_GRAPHS=1 / 0, the step and encoder replayed
 from CUDA graphs on the pipeline's own stream - unset, the code's default: on when compiling; serial: the
-renderer reads each batch before queueing the next (launch_ahead off, as before session 9); facepercall: the
+renderer reads each batch before queueing the next (launch_ahead off, as before a64896d); facepercall: the
 face tracker calls the face models per call with the region uploaded each time (vision.track.FaceOps, as before
-session 9) instead of the frame kept on the GPU and one graph per call). Each setting
+a64896d) instead of the frame kept on the GPU and one graph per call). Each setting
 runs in a fresh process: its first run is the cold run (CUDA context, the face models' and MuseTalk's first
 load; with compile, the compilation: compile_s is the pipeline's own compile_seconds + encode_compile_seconds),
 then one warm-up and --repeats warm runs (models loaded; median and spread).

@@ -76,7 +76,7 @@ def pack_visemes(pack: dict, key: str, config, phones: bool = True, drive_gain: 
 
 def footage_gain(pack: dict) -> float:
     """A drive gain that a video reference could supply at inference: the driven footage's (01b's) average
-    mouth opening over the training footage's (01a's). Tried in the eleventh session: the generator's mouths
+    mouth opening over the training footage's (01a's). Tried on 2026-12-02: the generator's mouths
     did not change with it (RESULTS.md), so the product has no such gain."""
     from digital_human.talking_head.clone.train import mouth_opening
 

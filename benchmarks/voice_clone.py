@@ -64,7 +64,7 @@ WER_SENTENCES = [
     "Please turn off the lights when you leave the office tonight.",
     "The children played in the park until it started to rain.",
     "She opened the window and listened to the birds singing in the trees.",
-    # v9 (twelfth session): 18 more, so one voice's WER is read from 24 sentences. At 6, re-transcribing
+    # v9 (2026-12-02): 18 more, so one voice's WER is read from 24 sentences. At 6, re-transcribing
     # the same speech after inaudible changes moved a voice's WER by up to 0.06 (RESULTS_voice.md v8),
     # as much as the bar's whole +0.05 margin. The first 6 stay first: WER_SENTENCES[:6] is the v8 set.
     "We walked along the river and watched the sun go down behind the hills.",

@@ -5,7 +5,7 @@
     python benchmarks/voice_wer_ablation.py noise /tmp/f02.npz base full           # recogniser noise on saved waves
 
 `fit` fits the speaker as benchmarks/voice_clone.py does (clone part of its split, seed 0) and saves
-the profile. `ablate` speaks the benchmark's WER sentences (24 since the twelfth session) with the fitted voice and with each of
+the profile. `ablate` speaks the benchmark's WER sentences (24 since v9 of the benchmark) with the fitted voice and with each of
 its modifications (timbre offset, pitch, formant scale, EQ) removed or applied alone, and scores them
 with the benchmark's recogniser (pocketsphinx); extra variants are given as
 name=f0_scale:formant_scale:offset(0/1):eq(0/1). It writes <profile>.ablate.json and the waves of

@@ -8,7 +8,7 @@ both cores without the spinning (RESULTS_voice.md has the measurements). So on a
 independent Kokoro calls - the chunks of one candidate, or the candidates of one batch - and the
 scoring of independent candidates on `workers` threads, each call on one shared session with
 cpu_count // workers intra-op threads (an ONNX Runtime session may be run from several threads at
-once; a second session would cost another ~180 MB for no measured gain).
+once; a second ORT session would cost another ~180 MB for no measured gain).
 
 The search stays sequential: imitation.py hands over batches of candidates that it would have
 evaluated anyway without looking at each other's scores, and reads the scores back in order, so

@@ -365,14 +365,14 @@ def fit_clone(data: CloneData, config: GeneratorConfig, *, steps: int | None = N
     and raised the held-out mouth opening's correlation with the real one from 0.32-0.37 to 0.41-0.46
     (benchmarks/RESULTS.md). time_stretch > 1: the audio windows are also resampled in time by up to that
     factor (augment_windows); off by default: at 1.25 three H200 runs averaged -26.9% against the default's
-    -27.1% (benchmarks/RESULTS.md, fourth session). viseme_dropout (viseme configs only): share of samples
+    -27.1% (benchmarks/RESULTS.md, 2026-11-30). viseme_dropout (viseme configs only): share of samples
     whose viseme window is zeroed (no phones known), so the generator also serves speech without phones.
     average_weights: share of the run (of `steps`, or of the time budget) at its end over which the weights
     are also averaged uniformly, one average over every step's weights (tail / stochastic weight averaging;
     the generator has no normalisation layers, so the average needs no re-estimated statistics). 0 = off;
     on, the result's `model` is the average and `last_model` the last step's weights. Off by default: over the
     second half of four 4,500-step H200 runs the average scored 0.1 point better to 2.3 points worse on held-out
-    01b than the same runs' last weights (mean 0.9 worse; results/gpu_clone_visemes_h200_s8.json).
+    01b than the same runs' last weights (mean 0.9 worse; results/gpu_clone_visemes_h200_2026-12-01_2f7fc11.json).
     audio_mute (viseme configs only): share of samples whose audio embedding is zeroed, so the generator
     must also draw the mouth from the viseme window (and the mouth drive) alone."""
     import copy
@@ -679,7 +679,7 @@ def train_avatar(track: FaceTrack, audio: np.ndarray, sample_rate: int, name: st
     English), so that at inference the TTS's phone timings (or the aligner's on a recording) shape the
     mouth next to the audio; without alignable speech it trains audio-only and says so. mouth_drive (with
     visemes; on by default): the generator also reads portrait's mouth drive of the same speech
-    (clone/conditioning.py; why it is the default: benchmarks/RESULTS.md, eleventh session)."""
+    (clone/conditioning.py; why it is the default: benchmarks/RESULTS.md, 2026-12-02 clone notes)."""
     import torch
 
     # ComfyUI runs every node under torch.inference_mode(): building the model, the training steps and

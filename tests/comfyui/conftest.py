@@ -25,7 +25,7 @@ VOICE_MODEL_FILES = ("speaker_encoder/ge2e.onnx", "kokoro/kokoro-v1.0.int8.onnx"
 # the bundled workflows name them, so the tests post the workflows as shipped.
 SAMPLE_FILES = ("digital_human_sample_voice.wav", "digital_human_sample_portrait.png",
                 "digital_human_sample_talking.mp4")
-# A cold voice search (24 syntheses before session 9; 14 now) took 5-9 minutes on a 2-core CPU, and was measured at 14 and 30 minutes
+# A cold voice search (24 syntheses before the v6 fit; 14 now) took 5-9 minutes on a 2-core CPU, and was measured at 14 and 30 minutes
 # on one shared by other heavy jobs; it runs once per voice in the `samples` fixture under this bound, so no
 # test's own timeout has to cover it.
 VOICE_FIT_TIMEOUT_S = 3600.0
