@@ -66,7 +66,7 @@ FIT_SCORE_PER_FRAME = -35.0
 MIN_CONFIDENCE = 0.5
 MIN_SPEECH_SECONDS = 0.3  # less voiced audio than this has too few phones to drive a mouth
 # Phone-loop settings: the phone-LM weight, insertion penalty and wide beams that
-# benchmarks/clone_audio_probes.py already used for phone features of 01a/01b; not re-tuned here (the
+# research/clone_audio_probes.py already used for phone features of 01a/01b; not re-tuned here (the
 # beams are wide because the loop is cheap: 43-90 ms per audio second measured).
 _LOOP_OPTIONS = dict(lw=2.0, pip=0.3, beam=1e-20, pbeam=1e-20)
 # WebRTC VAD aggressiveness 0..3. 3, the strictest: on spk_en_03 and two pack-TTS sentences it still

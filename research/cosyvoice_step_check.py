@@ -13,7 +13,7 @@ all compiled and, on a GPU, captured as CUDA graphs:
   enable_gqa; and the weight mat-vecs of each shape as F.linear (cuBLAS), as an inductor reduction, and
   against a transposed copy of the weight.
 
-  python benchmarks/cosyvoice_step_check.py --out benchmarks/results/cosyvoice_step_check_h200.json
+  python research/cosyvoice_step_check.py --out benchmarks/results/cosyvoice_step_check_h200.json
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]
 from _bootstrap import import_pack  # noqa: E402
 
 SEED = 7

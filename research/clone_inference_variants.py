@@ -11,7 +11,7 @@ mesh re-measured) the generated regions
 With a dump's landmarks.npz also: the generated landmarks smoothed over time (an upper bound that
 also smooths the face mesh's own per-frame noise).
 
-  python benchmarks/clone_inference_variants.py --pack .carry4/th_pack.npz --weights W.safetensors [--landmarks L.npz]
+  python research/clone_inference_variants.py --pack .carry4/th_pack.npz --weights W.safetensors [--landmarks L.npz]
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]
 from _bootstrap import import_pack  # noqa: E402
 
 

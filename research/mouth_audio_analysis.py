@@ -12,7 +12,7 @@ No images and no generator: FaceAlign's landmarks of the talking clips and their
   5. whether 01a alone could teach a generator to follow the footage's average mouth: the spread of 01a's local
      average opening (+-2 s, without +-0.5 s around the frame) and its correlation with the frame's opening.
 
-  python benchmarks/mouth_audio_analysis.py [--cache /tmp/dh_talking_head_eval]
+  python research/mouth_audio_analysis.py [--cache /tmp/dh_talking_head_eval]
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]
 from _bootstrap import import_pack  # noqa: E402
 
 TEST = "talk_en_male_01b"

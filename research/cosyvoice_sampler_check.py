@@ -8,7 +8,7 @@ For each: --draws draws of the tensor sampler on --device (batched, uniforms fro
 (parity.ras_distribution); chi-square goodness of fit of both against the exact probabilities, the largest
 frequency difference between the two samplers, and determinism (same generator seed twice on the device).
 
-  python benchmarks/cosyvoice_sampler_check.py --device cuda --out benchmarks/results/cosyvoice_sampler_h200.json
+  python research/cosyvoice_sampler_check.py --device cuda --out benchmarks/results/cosyvoice_sampler_h200.json
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]
 from _bootstrap import import_pack  # noqa: E402
 
 VOCAB = 6561 + 3

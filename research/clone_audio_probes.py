@@ -12,7 +12,7 @@ mouth_audio_analysis.py.
      jitter, dropout and batch as fit_clone, and optionally the time-stretch augmentation
      (train_avatar.stretch_windows); printed: correlation of the first three components on 01b.
 
-  python benchmarks/clone_audio_probes.py [--probe-seeds 0 1 2] [--stretches 1 1.25 1.4] [--skip-probe]
+  python research/clone_audio_probes.py [--probe-seeds 0 1 2] [--stretches 1 1.25 1.4] [--skip-probe]
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]
 from _bootstrap import import_pack  # noqa: E402
 
 TRAIN, TEST = "talk_en_male_01a", "talk_en_male_01b"

@@ -5,7 +5,7 @@ real average mouth (a statistic of the answer: an upper bound for any "match the
 post-process), plus the mouth opening's mean/spread/correlation against the real frames. With two or
 more runs: the MLD of their landmarks averaged (an ensemble's upper bound).
 
-  python benchmarks/clone_landmark_analysis.py RUN1/landmarks.npz [RUN2/landmarks.npz ...]
+  python research/clone_landmark_analysis.py RUN1/landmarks.npz [RUN2/landmarks.npz ...]
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]
 from _bootstrap import import_pack  # noqa: E402
 
 

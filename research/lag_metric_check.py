@@ -10,7 +10,7 @@ carries a timing offset. CPU only, from the GPU pack (eval_talking_head.py --pre
      (same lag_curve; negative = the real mouth moves first), and how well a ridge read-out (trained on 01a,
      scored on 01b) predicts the real opening from the track shifted by -1 / 0 / +1 frames.
 
-  python benchmarks/lag_metric_check.py [--pack benchmarks/out/th_pack.npz] [--draws 200]
+  python research/lag_metric_check.py [--pack benchmarks/out/th_pack.npz] [--draws 200]
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]
 from _bootstrap import import_pack  # noqa: E402
 
 

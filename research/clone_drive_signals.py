@@ -6,7 +6,7 @@ From a pack of eval_talking_head.py --prepare: the correlation with the real mou
 aligner's phone loop), portrait's blended drive, the audio-only drive, and - with --asr - the viseme track of a
 forced alignment to the clip's own pocketsphinx transcript (benchmarks/asr.py). Also both clips' mean opening.
 
-  python benchmarks/clone_drive_signals.py --pack benchmarks/out/th_pack.npz [--asr]
+  python research/clone_drive_signals.py --pack benchmarks/out/th_pack.npz [--asr]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]
 from _bootstrap import import_pack  # noqa: E402
 
 

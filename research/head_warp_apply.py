@@ -1,7 +1,7 @@
 """CPU per frame of HeadMotion.apply (a photo's idle-motion warp), one thread, interleaved against another
 copy of talking_head/head_warp.py (e.g. an older commit's, `git show REV:talking_head/head_warp.py > f`).
 
-    python benchmarks/head_warp_apply.py --face ../shared/data/image/face_02_male.png --audio speech.wav \
+    python research/head_warp_apply.py --face ../shared/data/image/face_02_male.png --audio speech.wav \
         [--other /tmp/old_head_warp.py] [--rounds 9] [--json out.json]
 
 Runs the installed pack's face alignment once, then warps `--frames` copies of the photo (the whole

@@ -1,8 +1,8 @@
 """Which modification of a fitted voice costs English intelligibility? (issue 18, v7 of the voice fit)
 
-    python benchmarks/voice_wer_ablation.py fit spk_en_female_02 /tmp/f02.npz [--seed 1]  # fit once (benchmark split)
-    python benchmarks/voice_wer_ablation.py ablate /tmp/f02.npz [--only base,full] [name=f0:formant:offset:eq ...]
-    python benchmarks/voice_wer_ablation.py noise /tmp/f02.npz base full           # recogniser noise on saved waves
+    python research/voice_wer_ablation.py fit spk_en_female_02 /tmp/f02.npz [--seed 1]  # fit once (benchmark split)
+    python research/voice_wer_ablation.py ablate /tmp/f02.npz [--only base,full] [name=f0:formant:offset:eq ...]
+    python research/voice_wer_ablation.py noise /tmp/f02.npz base full           # recogniser noise on saved waves
 
 `fit` fits the speaker as benchmarks/voice_clone.py does (clone part of its split, seed 0) and saves
 the profile. `ablate` speaks the benchmark's WER sentences (24 since v9 of the benchmark) with the fitted voice and with each of
