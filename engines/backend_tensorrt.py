@@ -4,7 +4,7 @@ cached on disk under models/tensorrt/digital_human/, executed with torch-allocat
 Written against the TensorRT 10 Python API (name-based I/O: `num_io_tensors`, `set_input_shape`,
 `set_tensor_address`, `execute_async_v3`). TensorRT could not be installed where this pack was
 developed, so this module is exercised by tests only up to the TensorRT calls themselves (cache
-names, profiles, rebuild decisions, fallback); see README "What was verified where".
+names, profiles, rebuild decisions, fallback); see docs/performance.md, "What was verified where".
 """
 from __future__ import annotations
 
