@@ -538,8 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--seed", type=int, default=0)
     speak.add_argument("--base-voice", default="auto", help="bundled voice to start from (auto = nearest)")
     speak.add_argument("--out", required=True, help="output .wav")
-    speak.add_argument("--engine", default="kokoro", choices=["kokoro", "cosyvoice2"],
-                       help="TTS engine (cosyvoice2 needs the user's CosyVoice2-0.5B folder, see README)")
+    from .voice.engines import ENGINES
+
+    speak.add_argument("--engine", default="kokoro", choices=list(ENGINES),
+                       help="TTS engine (cosyvoice2 needs the user's CosyVoice2-0.5B folder and the [cosyvoice] "
+                            "extra, see docs/optional-parts.md)")
     speak.add_argument("--stream", action="store_true", help="write audio chunk by chunk as it is synthesized")
     speak.set_defaults(func=_cmd_speak)
 

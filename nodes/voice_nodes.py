@@ -352,16 +352,12 @@ def _engine_names() -> list[str]:
 
 
 def _engine_files_ok(engine: str) -> bool | str:
-    """Validation: an engine that needs user files lists every missing one (and where it goes)."""
-    if engine == "kokoro":
-        return True
-    from ..voice.engines import get_engine
+    """Validation: an engine's missing pip extra (with the line that installs it) and every missing file
+    (and where it goes), found without importing the engine (voice/engines.engine_problem)."""
+    from ..voice.engines import engine_problem
 
-    try:
-        get_engine(engine).check_files()
-    except (FileNotFoundError, ImportError, ValueError) as exc:
-        return without_server_paths(str(exc))
-    return True
+    problem = engine_problem(engine)
+    return without_server_paths(problem) if problem else True
 
 
 def _loaded_backend(model_prefix: str) -> str:

@@ -46,3 +46,8 @@ class TalkingHeadModel:
     # extra keywords its generate() takes, passed only when the caller sets them (e.g. portrait's
     # "mouth_bank"); models without an option never see its keyword
     options: tuple[str, ...] = ()
+    # the pyproject extra that installs its Python dependencies ("" = the core install has them) and the
+    # top-level modules that extra provides; checked without importing them (optional_parts.py) before
+    # any work, so a missing extra is named with its pip line instead of failing later with a traceback
+    extra: str = ""
+    modules: tuple[str, ...] = ()

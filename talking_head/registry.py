@@ -55,12 +55,16 @@ def model_choices() -> list[str]:
 
 
 def model_problem(model: str) -> str | None:
-    """None when `model` can run now; else what is missing and where it goes (unknown names included)."""
+    """None when `model` can run now; else what is missing: its pip extra (with the line that installs
+    it) and every missing file and where it goes, in one message (unknown names included). Imports
+    nothing heavy: the extra's modules are found without importing them (optional_parts.py)."""
+    from ..optional_parts import extra_problem, join_problems
+
     try:
         entry, _ = resolve(model)
     except UnknownModelError as exc:
         return str(exc)
-    return entry.problem(model)
+    return join_problems(extra_problem(f"model '{entry.name}'", entry.extra, entry.modules), entry.problem(model))
 
 
 def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loop_mode: str = "ping-pong",

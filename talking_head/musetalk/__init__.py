@@ -33,4 +33,5 @@ MODEL = TalkingHeadModel(
     needs="the MuseTalk 1.5 release under models/digital_human/musetalk/ and `pip install .[musetalk]`; "
           "optionally its face-parse-bisent/ folder (BiSeNet paste mask; else the face mesh's)",
     speech_features="whisper-tiny encoder states, 10 windows per video frame (engines/musetalk/audio.py)",
-    crop_size="256x256 (MuseTalk's face box, from FaceAlign's mesh)", generate=_generate, problem=_problem)
+    crop_size="256x256 (MuseTalk's face box, from FaceAlign's mesh)", generate=_generate, problem=_problem,
+    extra="musetalk", modules=("diffusers", "transformers"))
