@@ -701,15 +701,33 @@ def main(argv: list[str] | None = None) -> int:
     enable_console_progress()  # long steps (the voice fit, rendering) draw a bar on stderr
     from .warmup import wait_for_warmup
 
+    from .stop_signals import end_process, stop_on_signals
+
     try:
-        return _run_command(args)
-    finally:  # an input check may fail while the warm-up thread still builds the TTS session: let it end first
+        with stop_on_signals():  # SIGTERM (timeout, systemd, Docker) unwinds and cleans up as Ctrl-C does
+            code = _run_command(args)
+    except BaseException:
         wait_for_warmup()
+        raise
+    if code >= 128:  # stopped by a signal, partial files removed: end now (threads may still be in native code)
+        end_process(code)
+    # an input check may fail while the warm-up thread still builds the TTS session: let it end first
+    wait_for_warmup()
+    return code
 
 
 def _run_command(args: argparse.Namespace) -> int:
+    from .stop_signals import exit_code, stopped_report
+
     try:
         report = args.func(args)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM raised as stop_signals.Stopped
+        # every atomic write and the encoder removed their partial files on the way out
+        stopped = stopped_report(stop)
+        print(f"stopped: {stopped['error']}", file=sys.stderr, flush=True)
+        if getattr(args, "json", False):
+            print(json.dumps(stopped), flush=True)
+        return exit_code(stop)
     except (ValueError, OSError, RuntimeError) as exc:
         # Clear, actionable messages come from the nodes; no traceback for user errors. OSError covers
         # files the run could not write (a full disk, a folder that became unwritable mid-run).

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import stop_signals
 from ..atomic_file import atomic_path
 from .cluster import connect, import_ray, pool_shape, worker_env
 from .jobs import Job, read_jobs
@@ -176,6 +177,9 @@ def run_batch(opts: BatchOptions) -> dict[str, Any]:
         env = worker_env(same_machine=opts.address is None or opts.address == "auto",
                          cpus_per_worker=opts.cpus_per_worker, gpu=not cpu_only)
         started_ray = connect(opts.address, opts.object_store_mb, num_cpus)
+        # ray.init replaced the SIGTERM handler with a plain exit: take it back, so a stopped batch unwinds
+        # like Ctrl-C (summary written, Ray shut down, exit 143)
+        stop_signals.claim()
         try:
             loop_start = time.perf_counter()
             scheduler = _Scheduler(ray, opts, out_dir, todo, env)
