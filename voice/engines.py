@@ -11,11 +11,13 @@ saved and loaded with the speaker file. Nodes, CLI and benchmarks list engines f
 from __future__ import annotations
 
 import importlib
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
+from ..fast_path import COSYVOICE_COST, COSYVOICE_FAST_ENV
 from .speaker import SpeakerProfile
 
 
@@ -29,21 +31,46 @@ class EngineEntry:
     # "module:function" of a light check (no torch/transformers import) -> None when the files are in
     # place, else a message naming every missing file and where it goes; "" = nothing for the user to place
     files: str = ""
+    # the factory's keyword that switches its CUDA fast path (CosyVoice2Engine(fast=True)) and the variable
+    # that overrides the user's switch (fast_path.py); "" = the engine has none
+    fast_keyword: str = ""
+    fast_env: str = ""
+    fast_cost: str = ""            # the first-use cost, for the tooltip and the log
 
 
 ENGINES: dict[str, EngineEntry] = {
     "kokoro": EngineEntry("digital_human.voice.kokoro_engine:KokoroEngine"),
     "cosyvoice2": EngineEntry("digital_human.engines.cosyvoice.engine:CosyVoice2Engine", extra="cosyvoice",
                               modules=("transformers", "yaml"),
-                              files="digital_human.engines.cosyvoice.files:files_problem"),
+                              files="digital_human.engines.cosyvoice.files:files_problem",
+                              fast_keyword="fast", fast_env=COSYVOICE_FAST_ENV, fast_cost=COSYVOICE_COST),
 }
 DEFAULT_ENGINE = "kokoro"
+log = logging.getLogger("digital_human")
 
 
 def _attribute(path: str) -> Any:
     module, attr = path.split(":")
     module = module.replace("digital_human", __package__.rsplit(".", 1)[0], 1)  # the pack's own import name
     return getattr(importlib.import_module(module), attr)
+
+
+def engine_options(name: str, fast_path: bool | None = None) -> dict[str, Any]:
+    """get_engine's options for the user's fast-path switch (its variable, 1 or 0, overrides it): the fast
+    path and the CUDA device it runs on, when the engine has one and CUDA is usable; else {} (as before).
+    The first-use cost is logged when it is switched on."""
+    from ..fast_path import announce, switch
+
+    entry = ENGINES.get(name)
+    if entry is None or not entry.fast_keyword or not switch(fast_path, entry.fast_env):
+        return {}
+    from ..engines.devices import torch_cuda_usable
+
+    if not torch_cuda_usable():
+        log.warning("[digital_human] %s fast path asked for, but it needs a CUDA GPU: running eager on the CPU", name)
+        return {}
+    announce(name, entry.fast_cost)
+    return {entry.fast_keyword: True, "device": "cuda"}
 
 
 def engine_problem(name: str) -> str | None:
