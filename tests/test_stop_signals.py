@@ -60,3 +60,28 @@ def test_sigterm_mid_encode_leaves_no_partial_file(command, tmp_path, data_dir, 
                       "error": report["error"]} and "stopped by SIGTERM" in report["error"]
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "partial or final files left behind"
+
+
+def test_a_batch_worker_unwinds_its_job_then_exits_with_143(tmp_path):
+    """Renderer's jobs run inside _stopping_the_worker: SIGTERM unwinds the job (its atomic writes clean up),
+    then the worker exits as Ray's own SIGTERM handling would end it."""
+    from digital_human.atomic_file import atomic_path
+    from digital_human.batch.worker import _stopping_the_worker
+
+    target = tmp_path / "job.mp4"
+    with pytest.raises(SystemExit) as raised:
+        with _stopping_the_worker(), atomic_path(target) as partial:
+            partial.write_bytes(b"half a video")
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    assert raised.value.code == 143 and list(tmp_path.iterdir()) == []
+
+
+def test_claim_takes_sigterm_back_from_a_library():
+    """ray.init installs its own SIGTERM handler (a plain exit); the batch driver claims it back."""
+    with stop_signals.stop_on_signals():
+        signal.signal(signal.SIGTERM, lambda *_: None)  # what a library does
+        assert stop_signals.claim()
+        with pytest.raises(stop_signals.Stopped):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
