@@ -16,7 +16,6 @@ import pytest
 
 from digital_human import optional_parts, preflight
 from digital_human.talking_head import registry
-from digital_human.talking_head.contract import TalkingHeadModel
 from digital_human.voice import engines
 
 HIDE = '''
