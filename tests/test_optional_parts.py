@@ -69,7 +69,7 @@ def test_every_declared_extra_exists_in_pyproject():
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     extras = set(pyproject["project"]["optional-dependencies"])
-    declared = {m.extra for m in registry.MODELS.values()} | {e.extra for e in engines.ENGINES.values()}
+    declared = {m.extra for m in registry.MODELS.values()} | {engines.engine_entry(n).extra for n in engines.ENGINES}
     assert declared - {""} <= extras, declared - extras
     assert registry.MODELS["musetalk"].extra == "musetalk" and engines.ENGINES["cosyvoice2"].extra == "cosyvoice"
 
@@ -114,6 +114,9 @@ def test_a_new_engine_declares_its_extra_in_one_line(tmp_path, monkeypatch):
     text = str(raised.value)
     assert '--engine probe: TTS engine \'probe\' needs the optional [probe] extra' in text
     assert "--model musetalk:" in text and "unet.pth" in text and "llm.pt" in text
+    # an entry written the old way (the factory string alone) still works: it needs nothing
+    monkeypatch.setitem(engines.ENGINES, "plain", "digital_human.voice.kokoro_engine:KokoroEngine")
+    assert engines.engine_problem("plain") is None and engines.engine_options("plain", True) == {}
 
 
 def test_speak_without_the_cosyvoice_extra_stops_in_seconds(tmp_path, data_dir):

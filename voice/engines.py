@@ -38,7 +38,7 @@ class EngineEntry:
     fast_cost: str = ""            # the first-use cost, for the tooltip and the log
 
 
-ENGINES: dict[str, EngineEntry] = {
+ENGINES: dict[str, EngineEntry | str] = {  # a plain "module:attribute" string = an entry with no extra
     "kokoro": EngineEntry("digital_human.voice.kokoro_engine:KokoroEngine"),
     "cosyvoice2": EngineEntry("digital_human.engines.cosyvoice.engine:CosyVoice2Engine", extra="cosyvoice",
                               modules=("transformers", "yaml"),
@@ -47,6 +47,12 @@ ENGINES: dict[str, EngineEntry] = {
 }
 DEFAULT_ENGINE = "kokoro"
 log = logging.getLogger("digital_human")
+
+
+def engine_entry(name: str) -> EngineEntry | None:
+    """The registry entry of `name` (a plain factory string counts as an entry that needs nothing)."""
+    entry = ENGINES.get(name)
+    return EngineEntry(entry) if isinstance(entry, str) else entry
 
 
 def _attribute(path: str) -> Any:
@@ -61,7 +67,7 @@ def engine_options(name: str, fast_path: bool | None = None) -> dict[str, Any]:
     The first-use cost is logged when it is switched on."""
     from ..fast_path import announce, switch
 
-    entry = ENGINES.get(name)
+    entry = engine_entry(name)
     if entry is None or not entry.fast_keyword or not switch(fast_path, entry.fast_env):
         return {}
     from ..engines.devices import torch_cuda_usable
@@ -78,7 +84,7 @@ def engine_problem(name: str) -> str | None:
     and every missing file. Quick: nothing heavy is imported (checked before any work starts)."""
     from ..optional_parts import extra_problem, join_problems
 
-    entry = ENGINES.get(name)
+    entry = engine_entry(name)
     if entry is None:
         return f"unknown TTS engine '{name}'; choose one of {sorted(ENGINES)}"
     files_check: Callable[[], str | None] | None = _attribute(entry.files) if entry.files else None
@@ -110,7 +116,7 @@ def get_engine(name: str = DEFAULT_ENGINE, **options: Any) -> TTSEngine:
         raise ValueError(f"unknown TTS engine '{name}'; choose one of {sorted(ENGINES)}")
     key = f"{name}|{sorted(options.items())}"
     if key not in _LOADED:
-        _LOADED[key] = _attribute(ENGINES[name].factory)(**options)
+        _LOADED[key] = _attribute(engine_entry(name).factory)(**options)
     return _LOADED[key]
 
 
