@@ -101,7 +101,7 @@ def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
         return _speak_streaming(timer, args, text, speaker, embed_report)
     result = timer.run("tts", TRT_TTS().synthesize_to_file, text=text, speaker=speaker, out_path=Path(args.out),
                        language=args.language, speed=args.speed, seed=args.seed, backend=args.backend,
-                       voice=args.base_voice, engine=args.engine)
+                       voice=args.base_voice, engine=args.engine, fast_path=args.fast_path)
     timer.seconds.update({f"tts.{k}": v for k, v in result["timings"].items()})
     return {"outputs": [str(result["path"])], "backend": result["backend"], "timings": timer.seconds,
             "audio_seconds": result["audio_seconds"], "rtf": result["rtf"], "warnings": result["warnings"],
@@ -113,9 +113,9 @@ def _speak_streaming(timer: StageTimer, args: argparse.Namespace, text: str, spe
     """--stream: write each chunk to the WAV as the engine yields it (renamed into place at the end)."""
     import soundfile as sf
 
-    from .voice.engines import get_engine
+    from .voice.engines import engine_options, get_engine
 
-    engine = get_engine(args.engine)
+    engine = get_engine(args.engine, **engine_options(args.engine, args.fast_path))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -288,7 +288,8 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
                     backend: str, max_seconds: float, smooth: float,
                     max_side: int | None = None, face_index: int = 0,
                     phones: Any = None, idle_motion: bool = True,
-                    crop_size: str = "auto", mouth_bank: str = "auto") -> tuple[Any, float, dict[str, Any]]:
+                    crop_size: str = "auto", mouth_bank: str = "auto",
+                    fast_path: bool | None = None) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> smoothed uint8 frames and fps (FaceAlign -> TRT_TalkingHead -> TemporalSmooth).
     phones: the TTS's phone timings, carried on the AUDIO as TRT_TTS carries them. idle_motion: a photo
     blinks and moves its head (TRT_TalkingHead's idle_motion auto) or not (off)."""
@@ -305,7 +306,7 @@ def _animate_frames(timer: StageTimer, face: Path, wave: Any, rate: int, model: 
     out = timer.run("talking_head", TRT_TalkingHead().animate, faces, with_phones(to_comfy_audio(wave, rate), phones),
                     model=model, fps=fps, backend=backend, visemes="tts-only",
                     idle_motion="auto" if idle_motion else "off", mouth_bank=bank["mouth_bank"],
-                    bank_faces=bank["bank_faces"])
+                    bank_faces=bank["bank_faces"], fast_path=bool(fast_path))
     images, track, head_report = out["result"]
     if smooth > 0:
         images, _ = timer.run("smooth", TemporalSmooth().smooth, images, strength=smooth, fps=fps, faces=track)
@@ -325,7 +326,8 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
                       backend: str, max_seconds: float, smooth: float, out: Path,
                       max_side: int | None = None, face_index: int = 0,
                       phones: Any = None, idle_motion: bool = True,
-                      crop_size: str = "auto", mouth_bank: str = "auto") -> tuple[Any, float, dict[str, Any]]:
+                      crop_size: str = "auto", mouth_bank: str = "auto",
+                      fast_path: bool | None = None) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
@@ -337,7 +339,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
     # crops are generated chunk by chunk while the video is encoded: memory stays flat in the length
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, model, fps, backend=backend,
                     streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS, phones=phones,
-                    idle_motion=idle_motion,
+                    idle_motion=idle_motion, fast_path=fast_path,
                     mouth_bank=_mouth_bank_inputs(timer, mouth_bank, model, backend, max_seconds, max_side)["bank"])
     bar = _progress_bar("video", len(gen))
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth,
@@ -359,11 +361,11 @@ def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: in
         return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                  args.max_seconds, args.smooth, Path(args.out), args.max_side, args.face_index,
                                  phones, not getattr(args, "no_idle_motion", False), args.crop_size,
-                                 getattr(args, "mouth_bank", "auto"))
+                                 getattr(args, "mouth_bank", "auto"), getattr(args, "fast_path", None))
     frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                            args.max_seconds, args.smooth, args.max_side, args.face_index, phones,
                                            not getattr(args, "no_idle_motion", False), args.crop_size,
-                                           getattr(args, "mouth_bank", "auto"))
+                                           getattr(args, "mouth_bank", "auto"), getattr(args, "fast_path", None))
     return _mux_to(timer, frames, wave, rate, fps, Path(args.out)), fps, reports
 
 
@@ -538,8 +540,14 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--seed", type=int, default=0)
     speak.add_argument("--base-voice", default="auto", help="bundled voice to start from (auto = nearest)")
     speak.add_argument("--out", required=True, help="output .wav")
-    speak.add_argument("--engine", default="kokoro", choices=["kokoro", "cosyvoice2"],
-                       help="TTS engine (cosyvoice2 needs the user's CosyVoice2-0.5B folder, see README)")
+    from .fast_path import COSYVOICE_COST
+    from .voice.engines import ENGINES
+
+    speak.add_argument("--fast-path", action="store_true", default=None,
+                       help=f"the engine's CUDA fast path where it has one (cosyvoice2). {COSYVOICE_COST}")
+    speak.add_argument("--engine", default="kokoro", choices=list(ENGINES),
+                       help="TTS engine (cosyvoice2 needs the user's CosyVoice2-0.5B folder and the [cosyvoice] "
+                            "extra, see docs/optional-parts.md)")
     speak.add_argument("--stream", action="store_true", help="write audio chunk by chunk as it is synthesized")
     speak.set_defaults(func=_cmd_speak)
 
@@ -570,6 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     max_side(mux)
     mux.set_defaults(func=_cmd_mux)
 
+    from .fast_path import MUSETALK_COST
     from .talking_head.registry import choice_patterns
 
     def face_args(p: argparse.ArgumentParser) -> None:
@@ -593,6 +602,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-idle-motion", action="store_true", help="a photo keeps still eyes and head (default: "
                        "it blinks, sways and nods with the speech; a video keeps its own motion)")
         max_side(p)
+        p.add_argument("--fast-path", action="store_true", default=None,
+                       help=f"the model's compiled path where it has one (musetalk). {MUSETALK_COST}")
         p.add_argument("--render", default="headless", choices=["headless", "nodes"],
                        help="headless: paste-back and smoothing in torch (on the GPU when there is one), frames "
                             "streamed to the encoder; nodes: the ComfyUI node chain (same frames to rounding)")
@@ -698,15 +709,33 @@ def main(argv: list[str] | None = None) -> int:
     enable_console_progress()  # long steps (the voice fit, rendering) draw a bar on stderr
     from .warmup import wait_for_warmup
 
+    from .stop_signals import end_process, stop_on_signals
+
     try:
-        return _run_command(args)
-    finally:  # an input check may fail while the warm-up thread still builds the TTS session: let it end first
+        with stop_on_signals():  # SIGTERM (timeout, systemd, Docker) unwinds and cleans up as Ctrl-C does
+            code = _run_command(args)
+    except BaseException:
         wait_for_warmup()
+        raise
+    if code >= 128:  # stopped by a signal, partial files removed: end now (threads may still be in native code)
+        end_process(code)
+    # an input check may fail while the warm-up thread still builds the TTS session: let it end first
+    wait_for_warmup()
+    return code
 
 
 def _run_command(args: argparse.Namespace) -> int:
+    from .stop_signals import exit_code, stopped_report
+
     try:
         report = args.func(args)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM raised as stop_signals.Stopped
+        # every atomic write and the encoder removed their partial files on the way out
+        stopped = stopped_report(stop)
+        print(f"stopped: {stopped['error']}", file=sys.stderr, flush=True)
+        if getattr(args, "json", False):
+            print(json.dumps(stopped), flush=True)
+        return exit_code(stop)
     except (ValueError, OSError, RuntimeError) as exc:
         # Clear, actionable messages come from the nodes; no traceback for user errors. OSError covers
         # files the run could not write (a full disk, a folder that became unwritable mid-run).

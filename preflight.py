@@ -308,13 +308,40 @@ def check_animate_args(args: Any) -> None:
     check_output(args.out)
 
 
+def check_engine(engine: str, option: str = "--engine") -> None:
+    """A TTS engine that can run now: its pip extra is installed and its files are in place (one
+    message naming the `pip install` line and every missing file)."""
+    from .voice.engines import engine_problem
+
+    problem = engine_problem(engine)
+    if problem:
+        raise PreflightError(f"{option} {engine}: {problem}")
+
+
+def check_optional_parts(args: Any) -> None:
+    """The model (`--model`) and TTS engine (`--engine`) the command uses have their extra installed
+    and their files in place. Milliseconds: modules are found, not imported; files are stat'ed."""
+    problems = []
+    for option, check in (("model", check_model), ("engine", check_engine)):
+        value = getattr(args, option, None)
+        if value:
+            try:
+                check(value)
+            except PreflightError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise PreflightError("\n".join(problems))
+
+
 def check_input_files(args: Any) -> None:
-    """The input files of `run`/`animate`/`speak` exist and are not empty: the one check the CLI makes
-    before its warm-up thread starts (a run refused here exits at once, with no session build to wait for)."""
+    """The input files of `run`/`animate`/`speak` exist and are not empty, and the optional parts they
+    pick are installed: the checks the CLI makes before its warm-up thread starts (a run refused here
+    exits at once, with no session build to wait for and nothing written)."""
     for option in ("voice", "speaker", "audio", "face"):
         path = getattr(args, option, None)
         if path:
             _existing_file(path, f"--{option}")
+    check_optional_parts(args)
 
 
 def check_run_args(args: Any) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import stop_signals
 from ..atomic_file import atomic_path
 from .cluster import connect, import_ray, pool_shape, worker_env
 from .jobs import Job, read_jobs
@@ -108,12 +109,39 @@ def _write_summary(out_dir: Path, report: dict[str, Any]) -> Path:
     return path
 
 
+def check_batch_parts(jobs: list[Job], same_machine: bool) -> None:
+    """Ray's extra is installed, and (workers on this machine) every optional model the jobs pick has its
+    extra and files: one PreflightError naming each pip line and missing file, before Ray starts. What
+    belongs to one job (an unknown model name, a clone avatar not trained yet) fails that job alone."""
+    from ..optional_parts import extra_problem
+    from ..preflight import PreflightError
+    from ..talking_head.registry import UnknownModelError, model_problem, resolve
+
+    problems = [extra_problem("batch", "batch", ("ray",))]
+    if same_machine:  # a remote cluster's nodes have their own installation: their workers check it
+        by_model: dict[str, list[str]] = {}
+        for job in jobs:
+            by_model.setdefault(str(job.options.get("model") or "portrait"), []).append(job.label)
+        for model, users in sorted(by_model.items()):
+            try:
+                if resolve(model)[0].per_avatar:
+                    continue
+            except UnknownModelError:
+                continue
+            problem = model_problem(model)
+            if problem:
+                problems.append(f"{', '.join(users[:3])}{' ...' if len(users) > 3 else ''}: --model {model}: "
+                                f"{problem}")
+    found = [p for p in problems if p]
+    if found:
+        raise PreflightError("\n".join(found))
+
+
 def run_batch(opts: BatchOptions) -> dict[str, Any]:
     """Run every job of `opts.jobs_file` not already rendered into `opts.out_dir`; returns the report
     (also written to OUT/summary.json). report["ok"] is False when any job failed."""
     started = time.perf_counter()
     out_dir = Path(opts.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     jobs = read_jobs(Path(opts.jobs_file))
     records = [_Record(job) for job in jobs]
     todo: list[_Record] = []
@@ -133,6 +161,9 @@ def run_batch(opts: BatchOptions) -> dict[str, Any]:
             record.status = "skipped"  # rendered by an earlier run (resume)
         else:
             todo.append(record)
+    if todo:  # Ray and the jobs' optional models are checked before anything is started or written
+        check_batch_parts([r.job for r in todo], same_machine=opts.address is None or opts.address == "auto")
+    out_dir.mkdir(parents=True, exist_ok=True)
     workers_info: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []
     render_seconds = 0.0
@@ -146,6 +177,9 @@ def run_batch(opts: BatchOptions) -> dict[str, Any]:
         env = worker_env(same_machine=opts.address is None or opts.address == "auto",
                          cpus_per_worker=opts.cpus_per_worker, gpu=not cpu_only)
         started_ray = connect(opts.address, opts.object_store_mb, num_cpus)
+        # ray.init replaced the SIGTERM handler with a plain exit: take it back, so a stopped batch unwinds
+        # like Ctrl-C (summary written, Ray shut down, exit 143)
+        stop_signals.claim()
         try:
             loop_start = time.perf_counter()
             scheduler = _Scheduler(ray, opts, out_dir, todo, env)

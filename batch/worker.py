@@ -8,13 +8,14 @@ reference (in memory; see `_remember_face_tracks`), a voice fit once per batch (
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import tempfile
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..atomic_file import atomic_path
 from .jobs import Job
@@ -80,6 +81,20 @@ def _remember_face_tracks(module: Any, attribute: str, limit: int) -> Callable[[
     return lambda: dict(counts)
 
 
+@contextlib.contextmanager
+def _stopping_the_worker() -> Iterator[None]:
+    """SIGTERM during a job (Ray stopping the node, a cluster scaling down) unwinds the job like Ctrl-C,
+    so its partial files are removed (stop_signals.py); then the worker exits as Ray's own SIGTERM
+    handling would end it, and the driver re-runs the job elsewhere."""
+    from ..stop_signals import Stopped, exit_code, stop_on_signals
+
+    try:
+        with stop_on_signals():
+            yield
+    except Stopped as stop:
+        raise SystemExit(exit_code(stop)) from None
+
+
 class Renderer:
     """One worker: `render` runs a job exactly as `digital-human run` would and returns the MP4 bytes."""
 
@@ -109,9 +124,10 @@ class Renderer:
         clip_path = materialise(voice.sha256, voice.name, clip)
         # `run`'s parser fills the fit options' defaults; the fit never reads the face (placeholder)
         args = parse_run_args(job.run_argv({"voice": clip_path, "face": clip_path}, self._work / "unused.mp4"))
-        speaker, _ = _speaker_from_clip(StageTimer(), args)
         out = self._work / f"{voice.sha256}.npz"
-        speaker.save_npz(out)
+        with _stopping_the_worker():
+            speaker, _ = _speaker_from_clip(StageTimer(), args)
+            speaker.save_npz(out)
         try:
             return out.read_bytes()
         finally:
@@ -130,7 +146,8 @@ class Renderer:
         out = self._work / job.output_name()
         before = self._face_counts()
         try:
-            report = run_job(job.run_argv(paths, out))
+            with _stopping_the_worker():
+                report = run_job(job.run_argv(paths, out))
             video = out.read_bytes()
         finally:
             out.unlink(missing_ok=True)

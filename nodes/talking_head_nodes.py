@@ -33,6 +33,12 @@ IDLE_MOTION_TOOLTIP = ("auto: a photo blinks (~17 a minute), sways a little and 
 
 
 MOUTH_BANK_MODES = ["auto", "off"]
+
+
+def _fast_path_tooltip() -> str:
+    from ..fast_path import MUSETALK_COST
+
+    return "Models with a compiled path (musetalk); others ignore it. " + MUSETALK_COST
 MOUTH_BANK_TOOLTIP = ("portrait on a video reference: auto takes each frame's lips and teeth from the person's own "
                       "frames (the reference video, or `bank_faces` when connected: another talking video of the "
                       "same person), the frame whose mouth shape best matches the speech, warped into place; a photo "
@@ -110,7 +116,8 @@ class TRT_TalkingHead:
                          "mouth_bank": (MOUTH_BANK_MODES, {"default": "auto", "tooltip": MOUTH_BANK_TOOLTIP}),
                          "bank_faces": ("DH_FACES", {"tooltip": "Optional (portrait, mouth_bank auto): FaceAlign of "
                                                                 "another talking video of the same person to take "
-                                                                "the mouths from, instead of the reference itself."})},
+                                                                "the mouths from, instead of the reference itself."}),
+                         "fast_path": ("BOOLEAN", {"default": False, "tooltip": _fast_path_tooltip()})},
         }
 
     RETURN_TYPES = ("IMAGE", "DH_FACES", "STRING")
@@ -131,7 +138,7 @@ class TRT_TalkingHead:
                 loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
                 max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
                 avatar: Any = None, visemes: str = "auto", idle_motion: str = "auto", mouth_bank: str = "auto",
-                bank_faces: Any = None):
+                bank_faces: Any = None, fast_path: bool = False):
         from ..audio import from_comfy_audio
         from ..talking_head.driver import paste_generated, phase_progress
         from ..talking_head.registry import generate_crops
@@ -150,7 +157,7 @@ class TRT_TalkingHead:
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, phase_progress(report_progress, 0), interrupted,
                               phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed,
-                              mouth_bank=_mouth_bank(mouth_bank, bank_faces))
+                              mouth_bank=_mouth_bank(mouth_bank, bank_faces), fast_path=bool(fast_path))
         result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TRT_TalkingHead: %s", warning)
@@ -215,7 +222,8 @@ class TalkingHeadVideo:
                max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
                smooth_strength: float = 0.5, format: str = "mp4", crf: int = 18,
                filename_prefix: str = "digital_human/clone", avatar: Any = None, visemes: str = "auto",
-               idle_motion: str = "auto", mouth_bank: str = "auto", bank_faces: Any = None):
+               idle_motion: str = "auto", mouth_bank: str = "auto", bank_faces: Any = None,
+               fast_path: bool = False):
         from ..audio import from_comfy_audio
         from ..talking_head.registry import generate_crops
         from ..talking_head.render_video import render_talking_video
@@ -234,7 +242,7 @@ class TalkingHeadVideo:
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, None, interrupted, streaming=True,
                               phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed,
-                              mouth_bank=_mouth_bank(mouth_bank, bank_faces))
+                              mouth_bank=_mouth_bank(mouth_bank, bank_faces), fast_path=bool(fast_path))
         result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro",
                                       smooth_strength=smooth_strength, fmt=format, crf=crf,
                                       progress=report_progress(0, 100), should_stop=interrupted)

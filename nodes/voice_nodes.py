@@ -251,7 +251,8 @@ class TRT_TTS:
                 "precision": (PRECISIONS, {"default": "auto"}),
             },
             "optional": {"speaker": ("DH_SPEAKER",),
-                         "engine": (_engine_names(), {"default": "kokoro", "tooltip": ENGINE_TOOLTIP})},
+                         "engine": (_engine_names(), {"default": "kokoro", "tooltip": ENGINE_TOOLTIP}),
+                         "fast_path": ("BOOLEAN", {"default": False, "tooltip": _fast_path_tooltip()})},
         }
 
     @classmethod
@@ -265,12 +266,12 @@ class TRT_TTS:
 
     def speak(self, text: str, language: str = "auto", speed: float = 1.0, seed: int = 0,
               imitation_strength: float = 1.0, base_voice: str = "auto", backend: str = "auto",
-              precision: str = "auto", speaker: Any = None, engine: str = "kokoro"):
+              precision: str = "auto", speaker: Any = None, engine: str = "kokoro", fast_path: bool = False):
         from ..audio import to_comfy_audio
         from ..audio.phone_channel import with_phones
 
         result = self._synthesize(text, speaker, language, speed, imitation_strength, base_voice, backend, precision,
-                                  seed=seed, engine=engine)
+                                  seed=seed, engine=engine, fast_path=fast_path)
         report = self._report(result)
         ui = {"audio": [_save_preview(result.waveform, result.sample_rate)], "text": [report]}
         # the TTS's phone timings ride along (audio/phone_channel.py): the talking head times its visemes by them
@@ -280,11 +281,11 @@ class TRT_TTS:
     def synthesize_to_file(self, text: str, speaker: Any, out_path: Path, language: str = "auto",
                            speed: float = 1.0, seed: int = 0, backend: str = "auto",
                            voice: str = "auto", imitation_strength: float = 1.0,
-                           engine: str = "kokoro") -> dict[str, Any]:
+                           engine: str = "kokoro", fast_path: bool | None = None) -> dict[str, Any]:
         """CLI entry: same synthesis, written atomically to a WAV file."""
         start = time.perf_counter()
         result = self._synthesize(text, speaker, language, speed, imitation_strength, voice, backend, "auto",
-                                  seed=seed, engine=engine)
+                                  seed=seed, engine=engine, fast_path=fast_path)
         elapsed = time.perf_counter() - start
         path = _write_wav_atomic(Path(out_path), result.waveform, result.sample_rate)
         return {"path": path, "backend": result.backend, "timings": result.timings, "warnings": result.warnings,
@@ -292,13 +293,20 @@ class TRT_TTS:
                 "voice": result.voice}
 
     def _synthesize(self, text, speaker, language, speed, strength, base_voice, backend, precision,
-                    seed: int = 0, engine: str = "kokoro"):
+                    seed: int = 0, engine: str = "kokoro", fast_path: bool | None = None):
         from ..voice.tts import synthesize_speech
 
         if engine != "kokoro":
-            from ..voice.engines import get_engine
+            from ..voice.engines import engine_options, get_engine
 
-            return get_engine(engine).synthesize(text, speaker, language=language, speed=speed, seed=seed)
+            # fast_path: the engine's CUDA fast path (its variable overrides the switch; fast_path.py)
+            options = engine_options(engine, fast_path)
+            result = get_engine(engine, **options).synthesize(text, speaker, language=language, speed=speed,
+                                                              seed=seed)
+            if fast_path and not options and isinstance(getattr(result, "warnings", None), list):
+                result.warnings.append(f"{engine}: fast path not used (it needs a CUDA GPU, or the engine has none, "
+                                       "or its variable is 0); ran eager")
+            return result
 
         progress: Progress | None = None
 
@@ -345,6 +353,12 @@ def _kokoro_voice_names() -> list[str]:
         return JAPANESE_VOICES + [n for n in installed_voice_names() if n not in JAPANESE_VOICES]
 
 
+def _fast_path_tooltip() -> str:
+    from ..fast_path import COSYVOICE_COST
+
+    return "Engines with a CUDA fast path (cosyvoice2); kokoro ignores it. " + COSYVOICE_COST
+
+
 def _engine_names() -> list[str]:
     from ..voice.engines import ENGINES
 
@@ -352,16 +366,12 @@ def _engine_names() -> list[str]:
 
 
 def _engine_files_ok(engine: str) -> bool | str:
-    """Validation: an engine that needs user files lists every missing one (and where it goes)."""
-    if engine == "kokoro":
-        return True
-    from ..voice.engines import get_engine
+    """Validation: an engine's missing pip extra (with the line that installs it) and every missing file
+    (and where it goes), found without importing the engine (voice/engines.engine_problem)."""
+    from ..voice.engines import engine_problem
 
-    try:
-        get_engine(engine).check_files()
-    except (FileNotFoundError, ImportError, ValueError) as exc:
-        return without_server_paths(str(exc))
-    return True
+    problem = engine_problem(engine)
+    return without_server_paths(problem) if problem else True
 
 
 def _loaded_backend(model_prefix: str) -> str:

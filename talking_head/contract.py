@@ -44,5 +44,11 @@ class TalkingHeadModel:
     # larger crop to keep its detail (crop_choice.py); False: the model fixes its own crop size
     adaptive_crop: bool = False
     # extra keywords its generate() takes, passed only when the caller sets them (e.g. portrait's
-    # "mouth_bank"); models without an option never see its keyword
+    # "mouth_bank", musetalk's "fast_path": compiled/CUDA-graph generation, fast_path.py); models without
+    # an option never see its keyword
     options: tuple[str, ...] = ()
+    # the pyproject extra that installs its Python dependencies ("" = the core install has them) and the
+    # top-level modules that extra provides; checked without importing them (optional_parts.py) before
+    # any work, so a missing extra is named with its pip line instead of failing later with a traceback
+    extra: str = ""
+    modules: tuple[str, ...] = ()

@@ -55,12 +55,16 @@ def model_choices() -> list[str]:
 
 
 def model_problem(model: str) -> str | None:
-    """None when `model` can run now; else what is missing and where it goes (unknown names included)."""
+    """None when `model` can run now; else what is missing: its pip extra (with the line that installs
+    it) and every missing file and where it goes, in one message (unknown names included). Imports
+    nothing heavy: the extra's modules are found without importing them (optional_parts.py)."""
+    from ..optional_parts import extra_problem, join_problems
+
     try:
         entry, _ = resolve(model)
     except UnknownModelError as exc:
         return str(exc)
-    return entry.problem(model)
+    return join_problems(extra_problem(f"model '{entry.name}'", entry.extra, entry.modules), entry.problem(model))
 
 
 def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loop_mode: str = "ping-pong",
@@ -69,18 +73,21 @@ def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loo
                    progress: Callable[[int, int], None] | None = None,
                    should_stop: Callable[[], bool] | None = None, streaming: bool = False,
                    phones: Any = None, idle_motion: bool = False, seed: int = 0,
-                   mouth_bank: Any = None) -> GeneratedCrops:
+                   mouth_bank: Any = None, fast_path: bool | None = None) -> GeneratedCrops:
     """The model's crops for every output frame. A given `avatar` (DH_AVATAR) overrides `model`.
     streaming: crops are made on demand while the video is rendered (bounded memory); progress then
     reports nothing here (the renderer reports). phones: the speech's phone timings, or None; given
     only to models that read them (TalkingHeadModel.reads_phones). idle_motion: a photo blinks, sways and
     nods with the speech (head_warp.py, any model; seeded by `seed`); a video reference keeps its own motion.
     mouth_bank: portrait's mouth bank ("auto", "off", or a FaceTrack of another video of the person;
-    None = the model's default); other models ignore it."""
+    None = the model's default); other models ignore it. fast_path: the model's compiled / CUDA-graph path
+    (models with "fast_path" in their options, e.g. musetalk; None = its default, or its variable)."""
     entry, avatar = resolve(model, avatar)
     extra = {"phones": phones} if phones and _entry_reads_phones(entry, avatar) else {}
     if mouth_bank is not None and "mouth_bank" in entry.options:
         extra["mouth_bank"] = mouth_bank
+    if fast_path is not None and "fast_path" in entry.options:
+        extra["fast_path"] = bool(fast_path)
     gen = entry.generate(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, strength=strength,
                          max_audio_seconds=max_audio_seconds, backend=backend, precision=precision, avatar=avatar,
                          progress=progress, should_stop=should_stop, streaming=streaming, **extra)

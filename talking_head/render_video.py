@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -191,9 +192,14 @@ class _Prefetched:
             raise item
         return item
 
-    def close(self) -> None:
+    def close(self, wait: bool | None = None) -> None:
+        """wait: for the worker to end; None = unless a KeyboardInterrupt (Ctrl-C, or SIGTERM raised by
+        stop_signals.py) is being handled: the process is ending, the chunk in progress is not waited for
+        (seconds on a CPU; Docker allows 10 s between SIGTERM and SIGKILL)."""
+        if wait is None:
+            wait = not isinstance(sys.exc_info()[1], KeyboardInterrupt)
         self._stop.set()
-        if self._thread is not threading.current_thread():
+        if wait and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
 
     def __del__(self) -> None:  # a consumer that forgot close(): let the worker end
@@ -519,13 +525,17 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
     else:  # mux pads odd RGB sizes the same way (pad_mode "edge")
         stream = FrameStream(count=n, width=width, height=height, pix_fmt="rgb24", chunks=prepared)
     timings: dict[str, float] = {}
+    ending = False
     try:
         mux = mux_video(stream, audio, int(sample_rate), gen.fps, out_path, fmt=fmt, crf=crf, preset=preset,
                         length_mode="pad_audio", progress=encode_progress, should_stop=should_stop)
     except MuxInterrupted as exc:  # one exception type for every interruption of this function
         raise InterruptedError(f"talking video interrupted while encoding: {exc}") from exc
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (stop_signals.py): the partial files are gone, the process ends
+        ending = True
+        raise
     finally:
-        prepared.close()  # stops the preparing thread if the encoder stopped early
+        prepared.close(wait=False if ending else None)  # stops the preparing thread if the encoder stopped early
     # generation, paste-back, smoothing and encoding overlap (one stream), so one time covers them
     timings["total"] = time.perf_counter() - t0
     return TalkingVideoResult(path=mux.path, mux=mux, device=str(dev), timings=timings, warnings=list(gen.warnings))

@@ -11,18 +11,85 @@ saved and loaded with the speaker file. Nodes, CLI and benchmarks list engines f
 from __future__ import annotations
 
 import importlib
-from typing import Any, Iterator, Protocol
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
+from ..fast_path import COSYVOICE_COST, COSYVOICE_FAST_ENV
 from .speaker import SpeakerProfile
 
-# name -> "module:attribute" of a zero-argument factory; imported only when the engine is used.
-ENGINES: dict[str, str] = {
-    "kokoro": "digital_human.voice.kokoro_engine:KokoroEngine",
-    "cosyvoice2": "digital_human.engines.cosyvoice.engine:CosyVoice2Engine",
+
+@dataclass(frozen=True)
+class EngineEntry:
+    """One TTS engine: where its class is and what it needs before it can run."""
+
+    factory: str                   # "module:attribute" of its class; imported only when the engine is used
+    extra: str = ""                # pyproject extra installing its Python dependencies ("" = core install)
+    modules: tuple[str, ...] = ()  # top-level modules that extra provides (found without importing them)
+    # "module:function" of a light check (no torch/transformers import) -> None when the files are in
+    # place, else a message naming every missing file and where it goes; "" = nothing for the user to place
+    files: str = ""
+    # the factory's keyword that switches its CUDA fast path (CosyVoice2Engine(fast=True)) and the variable
+    # that overrides the user's switch (fast_path.py); "" = the engine has none
+    fast_keyword: str = ""
+    fast_env: str = ""
+    fast_cost: str = ""            # the first-use cost, for the tooltip and the log
+
+
+ENGINES: dict[str, EngineEntry | str] = {  # a plain "module:attribute" string = an entry with no extra
+    "kokoro": EngineEntry("digital_human.voice.kokoro_engine:KokoroEngine"),
+    "cosyvoice2": EngineEntry("digital_human.engines.cosyvoice.engine:CosyVoice2Engine", extra="cosyvoice",
+                              modules=("transformers", "yaml"),
+                              files="digital_human.engines.cosyvoice.files:files_problem",
+                              fast_keyword="fast", fast_env=COSYVOICE_FAST_ENV, fast_cost=COSYVOICE_COST),
 }
 DEFAULT_ENGINE = "kokoro"
+log = logging.getLogger("digital_human")
+
+
+def engine_entry(name: str) -> EngineEntry | None:
+    """The registry entry of `name` (a plain factory string counts as an entry that needs nothing)."""
+    entry = ENGINES.get(name)
+    return EngineEntry(entry) if isinstance(entry, str) else entry
+
+
+def _attribute(path: str) -> Any:
+    module, attr = path.split(":")
+    module = module.replace("digital_human", __package__.rsplit(".", 1)[0], 1)  # the pack's own import name
+    return getattr(importlib.import_module(module), attr)
+
+
+def engine_options(name: str, fast_path: bool | None = None) -> dict[str, Any]:
+    """get_engine's options for the user's fast-path switch (its variable, 1 or 0, overrides it): the fast
+    path and the CUDA device it runs on, when the engine has one and CUDA is usable; else {} (as before).
+    The first-use cost is logged when it is switched on."""
+    from ..fast_path import announce, switch
+
+    entry = engine_entry(name)
+    if entry is None or not entry.fast_keyword or not switch(fast_path, entry.fast_env):
+        return {}
+    from ..engines.devices import torch_cuda_usable
+
+    if not torch_cuda_usable():
+        log.warning("[digital_human] %s fast path asked for, but it needs a CUDA GPU: running eager on the CPU", name)
+        return {}
+    announce(name, entry.fast_cost)
+    return {entry.fast_keyword: True, "device": "cuda"}
+
+
+def engine_problem(name: str) -> str | None:
+    """None when engine `name` can run now; else one message naming its missing extra (with the pip line)
+    and every missing file. Quick: nothing heavy is imported (checked before any work starts)."""
+    from ..optional_parts import extra_problem, join_problems
+
+    entry = engine_entry(name)
+    if entry is None:
+        return f"unknown TTS engine '{name}'; choose one of {sorted(ENGINES)}"
+    files_check: Callable[[], str | None] | None = _attribute(entry.files) if entry.files else None
+    return join_problems(extra_problem(f"TTS engine '{name}'", entry.extra, entry.modules),
+                         files_check() if files_check else None)
 
 
 class TTSEngine(Protocol):
@@ -49,9 +116,7 @@ def get_engine(name: str = DEFAULT_ENGINE, **options: Any) -> TTSEngine:
         raise ValueError(f"unknown TTS engine '{name}'; choose one of {sorted(ENGINES)}")
     key = f"{name}|{sorted(options.items())}"
     if key not in _LOADED:
-        module, attr = ENGINES[name].split(":")
-        module = module.replace("digital_human", __package__.rsplit(".", 1)[0], 1)
-        _LOADED[key] = getattr(importlib.import_module(module), attr)(**options)
+        _LOADED[key] = _attribute(engine_entry(name).factory)(**options)
     return _LOADED[key]
 
 

@@ -28,6 +28,7 @@ from .features import kaldi_fbank, prompt_mel, whisper_log_mel
 from .flow import FastCFM
 from .hift import SourceDraws, draw_source, without_weight_norm
 from .lm import StaticDecoder
+from .files import default_folder
 from .release import LICENSE, RELEASE_NAME, check_release, load_models
 
 log = logging.getLogger("digital_human")
@@ -93,13 +94,6 @@ class FastPath:
     lm_step: str = "fused"
     lm_gemv: str = "reduce"
     hift_prefetch: bool = True
-
-
-def default_folder() -> Path:
-    from ...paths import models_root
-
-    # not model_dir(): that creates the folder, and validating a prompt must not change the models folder
-    return models_root() / "cosyvoice" / RELEASE_NAME
 
 
 def _resample(wave: np.ndarray, sr: int, target: int) -> np.ndarray:

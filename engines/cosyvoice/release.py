@@ -16,23 +16,10 @@ import yaml
 
 from .flow import CausalFlow, FlowConfig
 from .hift import HiFT, HiFTConfig, canonical_hift_keys
+from .files import RELEASE_FILES, RELEASE_NAME, missing_files, missing_message  # noqa: F401 (their home)
 from .lm import SamplingConfig, SpeechLM, qwen2_from_config
 
-RELEASE_NAME = "CosyVoice2-0.5B"
 LICENSE = "CosyVoice 2 code and weights: Apache-2.0 (FunAudioLLM/CosyVoice)"
-RELEASE_FILES: dict[str, str] = {
-    "cosyvoice2.yaml": "model configuration",
-    "llm.pt": "speech-token language model weights",
-    "flow.pt": "flow-matching decoder weights",
-    "hift.pt": "HiFT vocoder weights",
-    "campplus.onnx": "speaker embedder (CAM++)",
-    "speech_tokenizer_v2.onnx": "speech tokenizer",
-    "spk2info.pt": "built-in speaker table",
-    "CosyVoice-BlankEN/config.json": "Qwen2 configuration",
-    "CosyVoice-BlankEN/vocab.json": "Qwen2 tokenizer vocabulary",
-    "CosyVoice-BlankEN/merges.txt": "Qwen2 tokenizer merges",
-    "CosyVoice-BlankEN/tokenizer_config.json": "Qwen2 tokenizer configuration",
-}
 
 
 class ReleaseFilesMissing(FileNotFoundError):
@@ -58,10 +45,6 @@ def _cosyvoice3_error(folder: Path, why: str) -> UnsupportedRelease:
         f"(cosyvoice2.yaml, speech_tokenizer_v2.onnx).")
 
 
-def missing_files(folder: Path) -> list[str]:
-    return [name for name in RELEASE_FILES if not (folder / name).is_file()]
-
-
 def check_release(folder: str | Path) -> Path:
     """Raise one error naming every missing file and where it goes (a CosyVoice 3 folder: say so)."""
     folder = Path(folder)
@@ -69,11 +52,7 @@ def check_release(folder: str | Path) -> Path:
         raise _cosyvoice3_error(folder, "it has cosyvoice3.yaml")
     missing = missing_files(folder)
     if missing:
-        lines = "\n".join(f"  {folder / name}  ({RELEASE_FILES[name]})" for name in missing)
-        raise ReleaseFilesMissing(
-            f"CosyVoice 2 needs the {RELEASE_NAME} release folder, as downloaded from FunAudioLLM "
-            f"(Hugging Face / ModelScope, Apache-2.0); {len(missing)} file(s) missing:\n{lines}\n"
-            f"Put the whole downloaded folder at {folder} (nothing is downloaded by this pack).")
+        raise ReleaseFilesMissing(missing_message(folder, missing))
     return folder
 
 

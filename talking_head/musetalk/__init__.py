@@ -10,12 +10,16 @@ from ..contract import TalkingHeadModel
 
 
 def _generate(faces, wave, rate, fps, *, loop_mode, batch_size, strength, max_audio_seconds, backend, precision,
-              avatar, progress, should_stop, streaming):
+              avatar, progress, should_stop, streaming, fast_path=None):
+    from ...fast_path import MUSETALK_COMPILE_ENV, MUSETALK_COST, announce, switch
     from .crops import musetalk_crops
 
+    compile = switch(fast_path, MUSETALK_COMPILE_ENV)  # the variable (1/0) overrides the switch
+    if compile:
+        announce("musetalk", MUSETALK_COST)
     return musetalk_crops(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, backend=backend,
                           precision=precision, max_audio_seconds=max_audio_seconds, progress=progress,
-                          should_stop=should_stop, streaming=streaming)
+                          should_stop=should_stop, streaming=streaming, compile=compile)
 
 
 def _problem(model: str) -> str | None:
@@ -33,4 +37,5 @@ MODEL = TalkingHeadModel(
     needs="the MuseTalk 1.5 release under models/digital_human/musetalk/ and `pip install .[musetalk]`; "
           "optionally its face-parse-bisent/ folder (BiSeNet paste mask; else the face mesh's)",
     speech_features="whisper-tiny encoder states, 10 windows per video frame (engines/musetalk/audio.py)",
-    crop_size="256x256 (MuseTalk's face box, from FaceAlign's mesh)", generate=_generate, problem=_problem)
+    crop_size="256x256 (MuseTalk's face box, from FaceAlign's mesh)", generate=_generate, problem=_problem,
+    extra="musetalk", modules=("diffusers", "transformers"), options=("fast_path",))

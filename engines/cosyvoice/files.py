@@ -1,0 +1,54 @@
+"""The files of the `CosyVoice2-0.5B` release folder and where they go; plain Python only.
+
+Kept apart from release.py (which imports torch and yaml to load them) so that the CLI's input
+checks and ComfyUI's validation can list missing files in milliseconds, and before the [cosyvoice]
+extra is even installed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+RELEASE_NAME = "CosyVoice2-0.5B"
+RELEASE_FILES: dict[str, str] = {
+    "cosyvoice2.yaml": "model configuration",
+    "llm.pt": "speech-token language model weights",
+    "flow.pt": "flow-matching decoder weights",
+    "hift.pt": "HiFT vocoder weights",
+    "campplus.onnx": "speaker embedder (CAM++)",
+    "speech_tokenizer_v2.onnx": "speech tokenizer",
+    "spk2info.pt": "built-in speaker table",
+    "CosyVoice-BlankEN/config.json": "Qwen2 configuration",
+    "CosyVoice-BlankEN/vocab.json": "Qwen2 tokenizer vocabulary",
+    "CosyVoice-BlankEN/merges.txt": "Qwen2 tokenizer merges",
+    "CosyVoice-BlankEN/tokenizer_config.json": "Qwen2 tokenizer configuration",
+}
+
+
+def default_folder() -> Path:
+    from ...paths import models_root
+
+    # not model_dir(): that creates the folder, and validating a prompt must not change the models folder
+    return models_root() / "cosyvoice" / RELEASE_NAME
+
+
+def missing_files(folder: Path) -> list[str]:
+    return [name for name in RELEASE_FILES if not (folder / name).is_file()]
+
+
+def missing_message(folder: Path, missing: list[str]) -> str:
+    """One message naming every missing file, what it is and where the folder goes."""
+    lines = "\n".join(f"  {folder / name}  ({RELEASE_FILES[name]})" for name in missing)
+    return (f"CosyVoice 2 needs the {RELEASE_NAME} release folder, as downloaded from FunAudioLLM "
+            f"(Hugging Face / ModelScope, Apache-2.0); {len(missing)} file(s) missing:\n{lines}\n"
+            f"Put the whole downloaded folder at {folder} (nothing is downloaded by this pack).")
+
+
+def files_problem() -> str | None:
+    """None when the default release folder is complete; else every missing file (voice/engines.py's
+    `files` hook), or that a CosyVoice 3 folder is in its place."""
+    folder = default_folder()
+    if (folder / "cosyvoice3.yaml").is_file():  # same file names, other networks: release.py refuses it too
+        return (f"{folder} holds a CosyVoice 3 release (cosyvoice3.yaml); the cosyvoice2 engine runs the "
+                f"{RELEASE_NAME} folder only (cosyvoice2.yaml, speech_tokenizer_v2.onnx).")
+    missing = missing_files(folder)
+    return missing_message(folder, missing) if missing else None

@@ -1,0 +1,47 @@
+"""The fast-path switches: node inputs and CLI options, with the environment variables as overrides.
+
+MuseTalk's fast path is torch.compile of its generation step and VAE encoder, replayed as CUDA graphs;
+CosyVoice 2's is the LM step on a static KV cache captured as a CUDA graph (compiled), plus the
+flow and vocoder speed-ups (engines/cosyvoice/engine.py FastPath). Both are CUDA-only and both cost
+time once per process before they pay off, so they are off by default and the user switches them on
+(`fast_path` input, `--fast-path`). The variables, when set to 1 or 0, win over the switch, so a
+deployment can force either way without editing workflows. Figures: benchmarks/RESULTS.md (H200).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("digital_human")
+
+# the same names the engines read (engines/musetalk/pipeline.py COMPILE_ENV, engines/cosyvoice/engine.py FAST_ENV)
+MUSETALK_COMPILE_ENV = "DIGITAL_HUMAN_MUSETALK_COMPILE"
+COSYVOICE_FAST_ENV = "DIGITAL_HUMAN_COSYVOICE_FAST"
+
+# the first-use cost, said in the tooltips, the CLI help and the log when the switch is on
+MUSETALK_COST = ("MuseTalk fast path (torch.compile + CUDA graphs, CUDA only): the first video of a process "
+                 "compiles first, about 75 s on an H200 (step 58 s + encoder 15 s; benchmarks/RESULTS.md, "
+                 "2026-12-01), then a request is ~1.3x faster than eager FP32 with less than half its GPU memory; "
+                 "worth it for long clips or many requests. Ignored on the CPU. "
+                 "Override: DIGITAL_HUMAN_MUSETALK_COMPILE=1 or 0.")
+COSYVOICE_COST = ("CosyVoice fast path (the LM step as a CUDA graph on a static cache, CUDA only; the engine then "
+                  "runs on the GPU): the first synthesis of a process compiles and captures it, about 30 s on an "
+                  "H200, then speech comes ~10x faster than eager FP32 (RTF 0.043 vs 0.418; benchmarks/RESULTS.md, "
+                  "2026-12-01). Ignored without a CUDA GPU. Override: DIGITAL_HUMAN_COSYVOICE_FAST=1 or 0.")
+
+_announced: set[str] = set()
+
+
+def switch(requested: bool | None, env: str) -> bool | None:
+    """The fast path's state: the variable `env` when it is 1 or 0, else `requested` (None: not asked)."""
+    value = os.environ.get(env, "").strip()
+    if value in ("0", "1"):
+        return value == "1"
+    return requested
+
+
+def announce(what: str, cost: str) -> None:
+    """Log the first-use cost once per process, when the switch is on (the wait is then no surprise)."""
+    if what not in _announced:
+        _announced.add(what)
+        log.info("[digital_human] %s", cost)
