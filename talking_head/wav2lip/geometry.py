@@ -50,12 +50,14 @@ def padded_boxes(rects: np.ndarray, height: int, width: int, pads=PADS) -> np.nd
 
 
 def smoothed_boxes(boxes: np.ndarray, t: int = SMOOTH_T) -> np.ndarray:
-    """get_smoothened_boxes: box i = mean of boxes i..i+t-1 (the last t when that runs past the end), written in
-    place into the integer array in order (so late windows see already-smoothed boxes), truncated."""
+    """get_smoothened_boxes: box i = mean of boxes i..i+t-1 (boxes[n - t:] when that runs past the end), written
+    in place into the integer array in order (so late windows see already-smoothed boxes), truncated. Python's
+    slice is kept as the reference has it: with fewer than t boxes n - t is negative, so boxes[n - t:] is the
+    last t - n of them (4 frames: every box becomes the last one)."""
     out = np.array(boxes, np.int64, copy=True)
     n = len(out)
     for i in range(n):
-        window = out[max(n - t, 0):] if i + t > n else out[i:i + t]
+        window = out[n - t:] if i + t > n else out[i:i + t]
         out[i] = np.mean(window, axis=0)  # assignment into int64 truncates, as in the reference
     return out
 
@@ -65,11 +67,18 @@ def wav2lip_boxes(landmarks, n: int, height: int, width: int, pads=PADS, smooth:
     """int64 [N, 4] final boxes of reference frames `frames` (default 0..n-1) from their landmarks."""
     idx = np.arange(n) if frames is None else np.asarray(frames, np.int64)
     rects = np.stack([detector_box(landmarks[int(i)]) for i in idx]) if len(idx) else np.zeros((0, 4), np.int64)
+    return wav2lip_boxes_from_rects(rects, height, width, pads, smooth, idx)
+
+
+def wav2lip_boxes_from_rects(rects: np.ndarray, height: int, width: int, pads=PADS, smooth: bool = True,
+                             frames: np.ndarray | None = None) -> np.ndarray:
+    """int64 [N, 4]: detector rects padded, clipped and (smooth) smoothed as inference.py's face_detect()."""
     boxes = padded_boxes(rects, height, width, pads)
     bad = (boxes[:, 2] - boxes[:, 0] < 8) | (boxes[:, 3] - boxes[:, 1] < 8)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"Wav2Lip's face box of reference frame {int(idx[i])} is {boxes[i].tolist()}: too small "
+        at = i if frames is None else int(frames[i])
+        raise ValueError(f"Wav2Lip's face box of reference frame {at} is {boxes[i].tolist()}: too small "
                          "(the face must be at least 8 px wide and tall)")
     return smoothed_boxes(boxes) if smooth else boxes
 

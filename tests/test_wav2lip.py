@@ -1,0 +1,129 @@
+"""Wav2Lip: the user's files (one error naming both checkpoints), the strict loader of the release's format, and
+parity with the reference code (Rudrabha/Wav2Lip inference.py) on a fixture its own code produced
+(benchmarks/wav2lip_parity.py: seeded random weights, a 4-frame video with FaceAlign's boxes, 0.4 s of speech)."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from digital_human.engines.wav2lip import audio as w2l_audio
+from digital_human.engines.wav2lip.files import Wav2LipFilesError, Wav2LipWeightsError, locate
+from digital_human.engines.wav2lip.networks import expected_shapes, inference_generator, read_state_dict
+from digital_human.talking_head.wav2lip import geometry
+
+FIXTURE = Path(__file__).parent / "fixtures" / "wav2lip" / "parity.npz"
+
+
+@pytest.fixture(scope="module")
+def fixture() -> dict:
+    return dict(np.load(FIXTURE))
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory, fixture) -> Path:
+    """The fixture's seeded random checkpoint, written in the release's format."""
+    from digital_human.engines.wav2lip.random_release import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("w2l") / "wav2lip.pth", int(fixture["seed"]))
+
+
+def test_without_a_checkpoint_the_error_names_both_and_where_they_go(tmp_path, monkeypatch):
+    monkeypatch.delenv("DIGITAL_HUMAN_WAV2LIP_CHECKPOINT", raising=False)
+    with pytest.raises(Wav2LipFilesError) as err:
+        locate(tmp_path)
+    msg = str(err.value)
+    for name in (str(tmp_path / "wav2lip" / "wav2lip.pth"), str(tmp_path / "wav2lip" / "wav2lip_gan.pth"),
+                 "nothing is downloaded", "non-commercial"):
+        assert name in msg, (name, msg)
+    (tmp_path / "wav2lip").mkdir()
+    (tmp_path / "wav2lip" / "wav2lip.pth").write_bytes(b"x")
+    assert locate(tmp_path).kind == "wav2lip"
+    monkeypatch.setenv("DIGITAL_HUMAN_WAV2LIP_CHECKPOINT", "wav2lip_gan")
+    with pytest.raises(Wav2LipFilesError, match="wav2lip_gan.pth"):
+        locate(tmp_path)
+    (tmp_path / "wav2lip" / "wav2lip_gan.pth").write_bytes(b"x")
+    monkeypatch.setenv("DIGITAL_HUMAN_WAV2LIP_CHECKPOINT", "auto")
+    assert locate(tmp_path).kind == "wav2lip_gan"  # auto prefers the GAN checkpoint
+    monkeypatch.setenv("DIGITAL_HUMAN_WAV2LIP_CHECKPOINT", "wav2lip")
+    assert locate(tmp_path).kind == "wav2lip"
+
+
+def test_the_loader_refuses_other_checkpoints_naming_every_wrong_key(tmp_path):
+    shapes = expected_shapes()
+    keys = list(shapes)
+    state = {f"module.{k}": torch.zeros(s) for k, s in shapes.items()}
+    del state[f"module.{keys[0]}"], state[f"module.{keys[-1]}"]
+    state[f"module.{keys[5]}"] = torch.zeros(3, 3)
+    state["module.extra.weight"] = torch.zeros(1)
+    torch.save({"state_dict": state}, tmp_path / "bad.pth")
+    with pytest.raises(Wav2LipWeightsError) as err:
+        read_state_dict(tmp_path / "bad.pth")
+    msg = str(err.value)
+    assert "2 missing" in msg and keys[0] in msg and keys[-1] in msg, msg
+    assert "1 unexpected: extra.weight" in msg and f"{keys[5]} (3, 3)" in msg, msg
+    torch.save({"model": {}}, tmp_path / "nostate.pth")
+    with pytest.raises(Wav2LipWeightsError, match="no 'state_dict'"):
+        read_state_dict(tmp_path / "nostate.pth")
+
+    class Code:  # a pickle that would run code: torch.load(weights_only=True) refuses it
+        def __reduce__(self):
+            return (print, ("ran",))
+
+    with open(tmp_path / "code.pth", "wb") as fh:
+        pickle.dump({"state_dict": Code()}, fh)
+    with pytest.raises(Wav2LipWeightsError, match="not a readable Wav2Lip checkpoint"):
+        read_state_dict(tmp_path / "code.pth")
+
+
+def test_mel_and_windows_equal_the_reference(fixture):
+    mel = w2l_audio.melspectrogram(fixture["wave16k"])
+    np.testing.assert_allclose(mel, fixture["ref_mel"], atol=1e-5)
+    n = len(fixture["ref_coords"])
+    starts = w2l_audio.window_starts(n, float(fixture["fps"]), mel.shape[1])
+    # inference.py's chunks: int(i * 80 / fps), then the last 16 frames once a window runs past the end
+    assert starts[-1] == mel.shape[1] - 16 and (np.diff(starts) >= 0).all()
+    np.testing.assert_allclose(w2l_audio.mel_windows(mel, starts), fixture["ref_melb"].transpose(0, 3, 1, 2),
+                               atol=1e-5)
+
+
+def test_boxes_and_network_inputs_equal_the_reference(fixture):
+    from digital_human.talking_head.driver import frame_schedule
+    from digital_human.talking_head.wav2lip.crops import network_inputs
+
+    frames = fixture["frames"]
+    h, w = frames.shape[1:3]
+    n = len(fixture["ref_coords"])
+    boxes = geometry.wav2lip_boxes_from_rects(fixture["rects"], h, w)
+    idx = frame_schedule(len(frames), n, "loop")
+    np.testing.assert_array_equal(boxes[idx], fixture["ref_coords"][:, [2, 0, 3, 1]])
+    faces = np.stack([geometry.face_input(frames[r], boxes[r])[..., ::-1] for r in idx])
+    x = network_inputs(faces)
+    np.testing.assert_array_equal(np.round(x * 255).astype(np.uint8), fixture["ref_img_u8"].transpose(0, 3, 1, 2))
+
+
+def test_network_and_paste_equal_the_reference(fixture, release):
+    from digital_human.talking_head.driver import frame_schedule
+    from digital_human.talking_head.wav2lip.crops import output_uint8
+
+    k = len(fixture["ref_pred"])
+    frames = fixture["frames"]
+    mel = w2l_audio.melspectrogram(fixture["wave16k"])
+    starts = w2l_audio.window_starts(k, float(fixture["fps"]), mel.shape[1])
+    x = torch.from_numpy(fixture["ref_img_u8"][:k].transpose(0, 3, 1, 2).astype(np.float32) / 255.0)
+    net = inference_generator(release, "cpu", "fp32")  # strict load of the release format, BatchNorms folded
+    with torch.inference_mode():
+        pred = net(torch.from_numpy(w2l_audio.mel_windows(mel, starts)), x.contiguous(memory_format=torch.channels_last))
+    np.testing.assert_allclose(pred.numpy(), fixture["ref_pred"], atol=2e-5)
+    out = output_uint8(pred)
+    ref_u8 = (fixture["ref_pred"].transpose(0, 2, 3, 1) * 255.0).astype(np.uint8)
+    assert np.abs(out.astype(int) - ref_u8).max() <= 1 and (out != ref_u8).mean() < 1e-3
+    h, w = frames.shape[1:3]
+    boxes = geometry.wav2lip_boxes_from_rects(fixture["rects"], h, w)
+    idx = frame_schedule(len(frames), k, "loop")
+    for i, r in enumerate(idx):
+        pasted = geometry.paste_reference(frames[r][..., ::-1], ref_u8[i], boxes[r])[..., ::-1]
+        np.testing.assert_array_equal(pasted, fixture["ref_frames"][i])
