@@ -77,7 +77,9 @@ class TRT_TalkingHead:
                    "video (no weights); 'clone:<name>' uses a generator trained by TrainAvatar on that person; "
                    "'musetalk' runs MuseTalk 1.5 from the release's files the user placed in "
                    "models/digital_human/musetalk/ (MIT code, weights released for commercial use; sd-vae-ft-mse "
-                   "and whisper-tiny MIT). "
+                   "and whisper-tiny MIT); 'wav2lip' runs Wav2Lip from the checkpoint the user placed in "
+                   "models/digital_human/wav2lip/ (wav2lip.pth or wav2lip_gan.pth; licence: personal / research / "
+                   "non-commercial use only, commercial use prohibited by its authors). "
                    "Video references are looped / ping-ponged / held to cover the audio; only the lower face changes, "
                    "except that a photo also blinks and moves its head a little (idle_motion).")
 

@@ -127,3 +127,15 @@ def test_network_and_paste_equal_the_reference(fixture, release):
     for i, r in enumerate(idx):
         pasted = geometry.paste_reference(frames[r][..., ::-1], ref_u8[i], boxes[r])[..., ::-1]
         np.testing.assert_array_equal(pasted, fixture["ref_frames"][i])
+
+
+def test_onnx_export_matches_torch_on_onnxruntime_cpu(tmp_path, release):
+    from digital_human.engines.onnx_export import parity
+    from digital_human.engines.wav2lip.export import example_inputs, export_generator, generator_spec
+
+    net = inference_generator(release, "cpu", "fp32")
+    path = export_generator(net, tmp_path / "wav2lip.onnx")
+    report = parity(net.to(memory_format=torch.contiguous_format), path, example_inputs(3, seed=1), name="wav2lip")
+    assert report.outputs == 1 and report.max_abs_diff < 1e-4, report  # batch 3: the dynamic axis works
+    spec = generator_spec(path, max_batch=256)
+    assert spec.profiles["faces"].max == (256, 6, 96, 96) and spec.profiles["mel"].min == (1, 1, 80, 16)

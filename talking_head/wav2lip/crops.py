@@ -87,7 +87,7 @@ class Wav2LipRenderer:
 
     def __init__(self, net, device: str, dtype, track, idx: np.ndarray, mel: np.ndarray, starts: np.ndarray,
                  batch_size: int, should_stop: Callable[[], bool] | None, timings: dict[str, float],
-                 keep: int = 512, smooth_boxes: bool = True) -> None:
+                 keep: int = 512, smooth_boxes: bool = True, composite: bool = True) -> None:
         self.net, self.device, self.dtype = net, device, dtype
         self.track, self.idx, self.mel, self.starts = track, idx, mel, starts
         self.batch_size, self.should_stop, self.timings = batch_size, should_stop, timings
@@ -101,6 +101,9 @@ class Wav2LipRenderer:
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._keep = keep
         self._lock = threading.Lock()
+        # composite: the crops outside the box are the reference crop's (the node path hands the crops on in
+        # DH_FACES); off when streaming to the headless renderer, which pastes through the mask only
+        self.composite = composite
 
     def _kept(self, cache: OrderedDict, r: int, make: Callable[[int], np.ndarray]) -> np.ndarray:
         with self._lock:
@@ -161,16 +164,21 @@ class Wav2LipRenderer:
             made = self.generate(s, e)
             t0 = time.perf_counter()
             refs = [int(r) for r in self.idx[s:e]]
-            crops = self.track.crops
-            base = crops.many(refs, None) if hasattr(crops, "many") else np.stack([np.asarray(crops[r]) for r in refs])
+            base = None
+            if self.composite:
+                crops = self.track.crops
+                base = (crops.many(refs, None) if hasattr(crops, "many")
+                        else np.stack([np.asarray(crops[r]) for r in refs]))
 
             def put(i: int) -> None:  # disjoint rows of `out`; OpenCV releases the GIL
                 r = refs[i]
                 warp = out_to_crop(self.boxes[r], self.track.affines[r])
                 gen = cv2.warpAffine(np.ascontiguousarray(made[i]), warp, (self.size, self.size),
                                      flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
-                inside = self.mask(r) > 0
-                out[s - start + i] = np.where(inside[..., None], gen, base[i])
+                if base is None:
+                    out[s - start + i] = gen
+                else:
+                    out[s - start + i] = np.where((self.mask(r) > 0)[..., None], gen, base[i])
 
             self._map(put, list(range(e - s)))
             self._add(paste_crop=time.perf_counter() - t0)
@@ -222,7 +230,7 @@ def wav2lip_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None 
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[prec]
     warnings = list(notes) + [f"checkpoint: {files.why}"] + reference_warnings(track, idx, n_out, fps, loop_mode)
     renderer = Wav2LipRenderer(net, device, dtype, track, idx, mel, starts, batch_size, should_stop, timings,
-                               smooth_boxes=smooth_boxes)
+                               smooth_boxes=smooth_boxes, composite=not streaming)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"torch-{device} {prec} ({files.kind}.pth)", timings=timings, warnings=warnings,
                          render=renderer.render, mask_of=renderer.mask, renders_landmarks=False,
