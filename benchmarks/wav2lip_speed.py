@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 T_PROCESS = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bootstrap import import_pack  # noqa: E402
@@ -119,7 +121,7 @@ def video_once(face: Path, speech: Path, out: Path, precision: str) -> dict:
                     precision=precision, streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5)
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "frames": result.mux.frames_written, "audio_s": len(wave) / rate,
+    return {"wall_s": wall, "frames": result.mux.frames_written, "audio_s": np.asarray(wave).shape[-1] / rate,
             "stages": {k: round(v, 4) for k, v in timer.seconds.items()},
             "model_timings": {k: round(v, 4) for k, v in gen.timings.items()}, "backend": gen.backend}
 
@@ -132,7 +134,8 @@ def _forget() -> None:
     clear_video_caches()
 
 
-def video(face: Path, speech: Path, precision: str, repeats: int) -> dict:
+def video(face: Path, speech: Path, precision: str, repeats: int,
+          kinds: tuple[str, ...] = ("first_request", "repeat_request")) -> dict:
     res: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "v.mp4"
@@ -140,7 +143,7 @@ def video(face: Path, speech: Path, precision: str, repeats: int) -> dict:
         res["cold"] = video_once(face, speech, out, precision)
         res["cold"]["process_s"] = time.perf_counter() - T_PROCESS
         print("cold", json.dumps(res["cold"]), flush=True)
-        for kind in ("first_request", "repeat_request"):
+        for kind in kinds:
             runs = []
             for _ in range(repeats):
                 if kind == "first_request":
@@ -167,6 +170,7 @@ def main() -> None:
     ap.add_argument("--speech", type=Path)
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--kinds", default="first_request,repeat_request", help="warm runs after the cold one")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -191,9 +195,8 @@ def main() -> None:
             batches = [int(b) for b in (args.batches or ("128,512" if device == "cuda" else "16")).split(",")]
             report["network"] = network(ckpt, device, settings, batches, args.seconds)
         if args.face and args.speech:
-            if device == "cpu":
-                os.environ.setdefault("DIGITAL_HUMAN_DEVICE", "cpu")
-            report["video"] = video(args.face, args.speech, args.precision, args.repeats)
+            report["video"] = video(args.face, args.speech, args.precision, args.repeats,
+                                    tuple(k for k in args.kinds.split(",") if k))
     finally:
         if hasattr(os, "getloadavg"):
             report["load_average_at_end"] = os.getloadavg()

@@ -195,3 +195,68 @@ def cached_generator(path: str | Path, device: str, precision: str) -> Wav2LipGe
 def clear_cache() -> None:
     with _LOCK:
         _CACHE.clear()
+
+
+class GraphedGenerator:
+    """The generator replayed from one CUDA graph per batch size (FP16 batches of a few hundred frames are ~40
+    small kernels each: launching them costs more than running them). Inputs are copied into static buffers;
+    a batch smaller than the largest captured one is padded to it, so one graph serves a whole video.
+    Falls back to eager calls, with a log line, when capture fails."""
+
+    def __init__(self, net: Wav2LipGenerator, batch: int) -> None:
+        self.net, self.batch = net, int(batch)
+        self._graph = None
+        self._failed = False
+        self._replay = threading.Lock()  # one set of static buffers: one batch at a time
+
+    def _capture(self, like_mel: torch.Tensor, like_faces: torch.Tensor) -> None:
+        b = self.batch
+        self._mel = torch.zeros((b,) + tuple(like_mel.shape[1:]), dtype=like_mel.dtype, device=like_mel.device)
+        self._faces = torch.zeros((b,) + tuple(like_faces.shape[1:]), dtype=like_faces.dtype,
+                                  device=like_faces.device).contiguous(memory_format=torch.channels_last)
+        stream = torch.cuda.Stream(device=like_mel.device)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.inference_mode():
+            for _ in range(2):
+                self.net(self._mel, self._faces)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph), torch.inference_mode():
+            self._out = self.net(self._mel, self._faces)
+        self._graph = graph
+
+    def __call__(self, mel: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
+        n = mel.shape[0]
+        if self._failed or n > self.batch or mel.device.type != "cuda":
+            return self.net(mel, faces)
+        if self._graph is None:
+            try:  # (two requests racing here capture twice; the second graph replaces the first)
+                self._capture(mel, faces)
+            except Exception as exc:  # announced fallback: eager calls give the same frames
+                import logging
+
+                logging.getLogger("digital_human.wav2lip").warning(
+                    "[digital_human] Wav2Lip CUDA graph capture failed (%s); running eagerly", exc)
+                self._failed = True
+                return self.net(mel, faces)
+        with self._replay:
+            self._mel[:n].copy_(mel)
+            self._faces[:n].copy_(faces)
+            if n < self.batch:
+                self._mel[n:].zero_()
+                self._faces[n:].zero_()
+            self._graph.replay()
+            return self._out[:n].clone()
+
+
+_GRAPHED: dict[tuple, GraphedGenerator] = {}
+
+
+def graphed(net: Wav2LipGenerator, batch: int) -> GraphedGenerator:
+    """The process's GraphedGenerator of `net` for `batch` (captured on first call)."""
+    key = (id(net), int(batch))
+    with _LOCK:
+        hit = _GRAPHED.get(key)
+        if hit is None:
+            hit = _GRAPHED[key] = GraphedGenerator(net, batch)
+        return hit

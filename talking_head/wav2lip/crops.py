@@ -29,6 +29,7 @@ MODEL_NAME = "wav2lip"
 BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 POOL_THREADS = max(1, min(8, os.cpu_count() or 1))
+GRAPHS_ENV = "DIGITAL_HUMAN_WAV2LIP_GRAPHS"  # "0": no CUDA graphs (eager FP16 calls)
 _POOL: Any = None
 _POOL_LOCK = threading.Lock()
 
@@ -44,7 +45,8 @@ def _pool():
 
 
 def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
-    """(device, precision, notes): torch on CUDA when there is one (FP16 by default), else CPU FP32."""
+    """(device, precision, notes): torch on CUDA when there is one (FP16 by default), else the CPU: bf16 by
+    default where the processor has bf16 instructions, else FP32 (precision="fp32": the reference's arithmetic)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if precision not in PRECISIONS:
@@ -56,14 +58,34 @@ def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
         notes.append(f"Wav2Lip runs on torch here; backend {backend!r} is not wired into the pipeline (its "
                      "generator exports to ONNX with parity: engines/wav2lip/export.py)")
     device = "cuda" if torch_cuda_usable() else "cpu"
-    if precision == "auto":
-        precision = "fp16" if device == "cuda" else "fp32"
-    if device == "cpu" and precision != "fp32":
+    if device == "cuda":
+        precision = "fp16" if precision == "auto" else precision
+    elif precision in ("auto", "bf16"):
+        if cpu_bf16_fast():
+            precision = "bf16"
+            notes.append("CPU: bf16 (this processor has bf16 instructions: ~3.5x FP32's frames/s; outputs within "
+                         "a few uint8 levels of FP32, RESULTS.md); precision=fp32 keeps the reference's arithmetic")
+        else:
+            if precision == "bf16":
+                notes.append("bf16 on this CPU (no bf16 instructions) is slower than FP32; running FP32")
+            precision = "fp32"
+    elif precision != "fp32":
         notes.append(f"{precision} on the CPU is slower than FP32; running FP32")
         precision = "fp32"
     for note in notes:
         log.warning("[digital_human] %s", note)
     return device, precision, notes
+
+
+def cpu_bf16_fast() -> bool:
+    """oneDNN has a native bf16 path on this CPU (AVX512-BF16 / AMX): bf16 convolutions run ~3.5x faster than
+    FP32 there (benchmarks/results/wav2lip_speed_*); without those instructions bf16 is emulated and slower."""
+    import torch
+
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def network_inputs(faces_bgr: np.ndarray) -> np.ndarray:
@@ -229,10 +251,16 @@ def wav2lip_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None 
 
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[prec]
     warnings = list(notes) + [f"checkpoint: {files.why}"] + reference_warnings(track, idx, n_out, fps, loop_mode)
+    graphs = device == "cuda" and os.environ.get(GRAPHS_ENV, "1").strip() != "0"
+    if graphs:  # one graph per batch size, captured on the first batch (benchmarks/wav2lip_speed.py: fp16:graphs)
+        from ...engines.wav2lip.networks import graphed
+
+        net = graphed(net, batch_size)
     renderer = Wav2LipRenderer(net, device, dtype, track, idx, mel, starts, batch_size, should_stop, timings,
                                smooth_boxes=smooth_boxes, composite=not streaming)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
-                         backend=f"torch-{device} {prec} ({files.kind}.pth)", timings=timings, warnings=warnings,
+                         backend=f"torch-{device} {prec}{' graphs' if graphs else ''} ({files.kind}.pth)",
+                         timings=timings, warnings=warnings,
                          render=renderer.render, mask_of=renderer.mask, renders_landmarks=False,
                          notes={"checkpoint": str(files.checkpoint)})
     return gen.finished(streaming, progress, should_stop, batch=max(batch_size, 16))
