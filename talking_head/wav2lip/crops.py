@@ -140,8 +140,23 @@ class Wav2LipRenderer:
                 cache.popitem(last=False)
         return made
 
-    def face(self, r: int) -> np.ndarray:
-        return self._kept(self._faces, r, lambda i: face_input(self.track.frames[i], self.boxes[i])[..., ::-1])
+    def _face_batch(self, refs: list[int]) -> np.ndarray:
+        """uint8 [k, 96, 96, 3] BGR inputs of reference frames `refs`: the frames not kept yet are read in one call
+        (a video decoded on demand reads them in order under one lock, not frame by frame from the pool's
+        threads) and cut and resized on the pool."""
+        with self._lock:
+            have = {r: self._faces[r] for r in dict.fromkeys(refs) if r in self._faces}
+        missing = [r for r in dict.fromkeys(refs) if r not in have]
+        if missing:
+            frames = self.track.frames[np.asarray(missing, np.int64)]
+            made = self._map(lambda i: face_input(frames[i], self.boxes[missing[i]])[..., ::-1],
+                             list(range(len(missing))))
+            with self._lock:
+                for r, face in zip(missing, made):
+                    have[r] = self._faces[r] = face
+                while len(self._faces) > self._keep:
+                    self._faces.popitem(last=False)
+        return np.stack([have[r] for r in refs])
 
     def mask(self, r: int) -> np.ndarray:
         return self._kept(self._masks, int(r), lambda i: box_mask(self.boxes[i], self.track.affines[i], self.size))
@@ -157,7 +172,7 @@ class Wav2LipRenderer:
 
         t0 = time.perf_counter()
         refs = [int(r) for r in self.idx[s:e]]
-        faces = np.stack(self._map(self.face, refs))
+        faces = self._face_batch(refs)
         x = torch.from_numpy(network_inputs(faces))
         mel = torch.from_numpy(self._mel(s, e))
         t1 = time.perf_counter()
