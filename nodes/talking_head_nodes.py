@@ -184,7 +184,9 @@ class TalkingHeadVideo:
     DESCRIPTION = ("The talking head straight to a video file: the mouths are generated as in TRT_TalkingHead, then "
                    "pasted back, smoothed (TemporalSmooth) and encoded (VideoMux) with the frames kept on the GPU and "
                    "streamed to the encoder - the same frames to rounding, 1.6-2.6x faster on an H200 (no float IMAGE "
-                   "between nodes). Use the three separate nodes when you want to edit the frames in between.")
+                   "between nodes). Use the three separate nodes when you want to edit the frames in between. "
+                   "Models and their licences as in TRT_TalkingHead ('wav2lip': personal / research / "
+                   "non-commercial use only).")
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
