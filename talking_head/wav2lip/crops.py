@@ -29,6 +29,7 @@ MODEL_NAME = "wav2lip"
 BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 POOL_THREADS = max(1, min(8, os.cpu_count() or 1))
+MASK_CACHE_BYTES = 64 * 2**20
 GRAPHS_ENV = "DIGITAL_HUMAN_WAV2LIP_GRAPHS"  # "0": no CUDA graphs (eager FP16 calls)
 _POOL: Any = None
 _POOL_LOCK = threading.Lock()
@@ -127,7 +128,7 @@ class Wav2LipRenderer:
         # DH_FACES); off when streaming to the headless renderer, which pastes through the mask only
         self.composite = composite
 
-    def _kept(self, cache: OrderedDict, r: int, make: Callable[[int], np.ndarray]) -> np.ndarray:
+    def _kept(self, cache: OrderedDict, r: int, make: Callable[[int], np.ndarray], keep: int) -> np.ndarray:
         with self._lock:
             hit = cache.get(r)
             if hit is not None:
@@ -136,7 +137,7 @@ class Wav2LipRenderer:
         made = make(r)
         with self._lock:
             cache[r] = made
-            while len(cache) > self._keep:
+            while len(cache) > keep:
                 cache.popitem(last=False)
         return made
 
@@ -159,7 +160,10 @@ class Wav2LipRenderer:
         return np.stack([have[r] for r in refs])
 
     def mask(self, r: int) -> np.ndarray:
-        return self._kept(self._masks, int(r), lambda i: box_mask(self.boxes[i], self.track.affines[i], self.size))
+        # masks kept up to MASK_CACHE_BYTES (a long video's every mask would grow with its length)
+        keep = max(16, MASK_CACHE_BYTES // (4 * self.size * self.size))
+        return self._kept(self._masks, int(r), lambda i: box_mask(self.boxes[i], self.track.affines[i], self.size),
+                          keep)
 
     def _map(self, fn: Callable[[int], Any], items: list[int]) -> list:
         if len(items) < 4 or POOL_THREADS == 1:
