@@ -139,3 +139,37 @@ def test_onnx_export_matches_torch_on_onnxruntime_cpu(tmp_path, release):
     assert report.outputs == 1 and report.max_abs_diff < 1e-4, report  # batch 3: the dynamic axis works
     spec = generator_spec(path, max_batch=256)
     assert spec.profiles["faces"].max == (256, 6, 96, 96) and spec.profiles["mel"].min == (1, 1, 80, 16)
+
+
+def test_node_and_headless_crops_agree_and_only_the_box_changes(tmp_path, release, data_dir, setup_models):
+    """Two frames of a talking video through wav2lip_crops: the node path's crops (composited over the reference crop) and the headless
+    path's streamed crops are the same inside the paste mask, and the pasted frames change only the padded box
+    (its 1-px bilinear edge aside): the reference's hard rectangle paste."""
+    import soundfile as sf
+
+    from digital_human.media.probe import read_video_frames
+    from digital_human.talking_head.driver import paste_generated
+    from digital_human.talking_head.wav2lip.crops import wav2lip_crops
+    from digital_human.vision.align import align_faces
+
+    frames, fps = read_video_frames(data_dir / "video" / "talk_en_female_03a.mp4", max_frames=2)
+    track = align_faces(frames, fps)
+    wave, rate = sf.read(data_dir / "audio" / "spk_en_03.wav", dtype="float32")
+    (tmp_path / "wav2lip").mkdir()
+    (tmp_path / "wav2lip" / "wav2lip.pth").symlink_to(release)
+    kw = dict(models_root=tmp_path, checkpoint="wav2lip", precision="fp32", loop_mode="loop")
+    node = wav2lip_crops(track, wave[: int(0.3 * rate)], rate, fps, **kw)
+    assert len(node) == int(np.ceil(0.3 * fps - 1e-6)) and "checkpoint: wav2lip.pth" in " ".join(node.warnings)
+    stream = wav2lip_crops(track, wave[: int(0.3 * rate)], rate, fps, streaming=True, **kw)
+    crops, _ = stream.render(0, len(stream))
+    masks = stream.mask_stack(0, len(stream))[..., None] > 0
+    np.testing.assert_array_equal(np.where(masks, crops, 0), np.where(masks, node.crops, 0))
+    pasted = paste_generated(node).frames
+    renderer = stream.render.__self__
+    for i, r in enumerate(node.idx):
+        x1, y1, x2, y2 = renderer.boxes[r]
+        outside = np.ones(frames.shape[1:3], bool)
+        outside[max(0, y1 - 2):y2 + 2, max(0, x1 - 2):x2 + 2] = False
+        assert np.array_equal(pasted[i][outside], frames[r][outside])
+        inside = (slice(y1 + 2, y2 - 2), slice(x1 + 2, x2 - 2))
+        assert np.abs(pasted[i][inside].astype(int) - frames[r][inside]).mean() > 1  # the generated face is in
