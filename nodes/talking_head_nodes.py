@@ -83,7 +83,9 @@ class TRT_TalkingHead:
                    "video (no weights); 'clone:<name>' uses a generator trained by TrainAvatar on that person; "
                    "'musetalk' runs MuseTalk 1.5 from the release's files the user placed in "
                    "models/digital_human/musetalk/ (MIT code, weights released for commercial use; sd-vae-ft-mse "
-                   "and whisper-tiny MIT). "
+                   "and whisper-tiny MIT); 'wav2lip' runs Wav2Lip from the checkpoint the user placed in "
+                   "models/digital_human/wav2lip/ (wav2lip.pth or wav2lip_gan.pth; licence: personal / research / "
+                   "non-commercial use only, commercial use prohibited by its authors). "
                    "Video references are looped / ping-ponged / held to cover the audio; only the lower face changes, "
                    "except that a photo also blinks and moves its head a little (idle_motion).")
 
@@ -189,7 +191,9 @@ class TalkingHeadVideo:
     DESCRIPTION = ("The talking head straight to a video file: the mouths are generated as in TRT_TalkingHead, then "
                    "pasted back, smoothed (TemporalSmooth) and encoded (VideoMux) with the frames kept on the GPU and "
                    "streamed to the encoder - the same frames to rounding, 1.6-2.6x faster on an H200 (no float IMAGE "
-                   "between nodes). Use the three separate nodes when you want to edit the frames in between.")
+                   "between nodes). Use the three separate nodes when you want to edit the frames in between. "
+                   "Models and their licences as in TRT_TalkingHead ('wav2lip': personal / research / "
+                   "non-commercial use only).")
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import clone, musetalk, portrait
+from . import clone, musetalk, portrait, wav2lip
 from .contract import TalkingHeadModel
 from .driver import GeneratedCrops
 
@@ -13,6 +13,7 @@ MODELS: dict[str, TalkingHeadModel] = {
     "portrait": portrait.MODEL,
     "musetalk": musetalk.MODEL,
     "clone": clone.MODEL,
+    "wav2lip": wav2lip.MODEL,
 }
 
 

@@ -54,7 +54,7 @@ def test_talking_head_errors(photo_faces, speech):
     with pytest.raises(ValueError, match="max_audio_seconds"):
         TRT_TalkingHead().animate(photo_faces, to_comfy_audio(wave, rate), max_audio_seconds=1.0)
     with pytest.raises(ValueError, match="model must be"):
-        TRT_TalkingHead().animate(photo_faces, to_comfy_audio(wave, rate), model="wav2lip")
+        TRT_TalkingHead().animate(photo_faces, to_comfy_audio(wave, rate), model="sadtalker")
 
 
 def test_cli_animate_writes_probe_valid_mp4(tmp_path, data_dir, speech, setup_models):

@@ -11,22 +11,22 @@ from digital_human.talking_head.registry import (MODELS, UnknownModelError, gene
 
 
 def test_every_entry_meets_the_contract():
-    assert set(MODELS) == {"portrait", "musetalk", "clone"}
+    assert set(MODELS) == {"portrait", "musetalk", "clone", "wav2lip"}
     for key, entry in MODELS.items():
         assert isinstance(entry, TalkingHeadModel) and entry.name == key
         assert entry.summary and entry.speech_features and entry.crop_size and callable(entry.generate)
 
 
 @pytest.mark.parametrize("model, name, avatar", [("portrait", "portrait", None), ("musetalk", "musetalk", None),
-                                                  ("clone:anna", "clone", "anna")])
+                                                  ("clone:anna", "clone", "anna"), ("wav2lip", "wav2lip", None)])
 def test_resolve_names_the_entry_and_the_avatar(model, name, avatar):
     entry, got = resolve(model)
     assert entry.name == name and got == avatar
 
 
-@pytest.mark.parametrize("model", ["clone", "portrait:anna", "wav2lip", ""])
+@pytest.mark.parametrize("model", ["clone", "portrait:anna", "wav2lip:anna", "sadtalker", ""])
 def test_resolve_refuses_what_is_not_a_model(model):
-    with pytest.raises(UnknownModelError, match="'portrait' or 'musetalk' or 'clone:<avatar name>'"):
+    with pytest.raises(UnknownModelError, match="'portrait' or 'musetalk' or 'clone:<avatar name>' or 'wav2lip'"):
         resolve(model)
 
 
@@ -41,7 +41,8 @@ def test_problems_name_what_is_missing(tmp_path, monkeypatch):
     musetalk = model_problem("musetalk")
     assert musetalk and "musetalkV15" in musetalk and "unet.pth" in musetalk
     assert "not found" in model_problem("clone:nobody")
-    assert "wav2lip" in model_problem("wav2lip")
+    wav2lip = model_problem("wav2lip")
+    assert wav2lip and "wav2lip.pth" in wav2lip and "wav2lip_gan.pth" in wav2lip
 
 
 def test_a_new_model_is_one_registry_line(tmp_path, monkeypatch):

@@ -116,6 +116,24 @@ LAYOUTS = {
                      ("Voice: the video's own sound -> cloned voice -> speech", ["2", "3"], "#2a4858")],
                     [("MuseTalk 1.5 lip-sync and video: lips from the speech -> MP4", ["5"], "#4a2a58")]],
     },
+    "lipsync_video_wav2lip": {
+        "note": ["## Lip-sync a video with Wav2Lip", "A talking video of the person says your text in their "
+                 "voice: Wav2Lip redraws the face box of every frame from the speech (no training; small and fast, "
+                 "a 96x96 mouth region).",
+                 "**Needs your Wav2Lip checkpoint** (nothing is downloaded): put `wav2lip.pth` or "
+                 "`wav2lip_gan.pth` from the Wav2Lip README (github.com/Rudrabha/Wav2Lip) in "
+                 "`models/digital_human/wav2lip/`. With both there the GAN one is used (set "
+                 "DIGITAL_HUMAN_WAV2LIP_CHECKPOINT=wav2lip to pick the other); the run's report says which. Without "
+                 "one the prompt is refused when queued, naming both files and where they go. **Licence**: the "
+                 "Wav2Lip repository and models are for personal / research / non-commercial use only; commercial "
+                 "use is prohibited by its authors.", SETUP_LINE,
+                 "**Video** (Load Reference Video): upload the talking video (mp4, mov, webm, mkv; any length, it "
+                 "loops ping-pong under longer speech). Its sound is the reference voice and its frame rate the one "
+                 "clock.", MODELS_TEXT, SAMPLES_TEXT],
+        "columns": [[("Face: video -> aligned faces", ["1", "4"], "#5a4a2a"),
+                     ("Voice: the video's own sound -> cloned voice -> speech", ["2", "3"], "#2a4858")],
+                    [("Wav2Lip lip-sync and video: lips from the speech -> MP4", ["5"], "#4a2a58")]],
+    },
     "voice_clone_cosyvoice": {
         "note": ["## Voice clone with CosyVoice 2", "Text to speech in the voice of a short clip, cloned zero-shot by "
                  "CosyVoice 2 (no voice fitting: a few seconds of reference are enough).",

@@ -8,6 +8,7 @@ renders what each template makes with the pack's own CLI on the sample inputs th
   clip, the frame where the mouth is most open;
 - clone_from_video: a frame of the sample talking video (the portrait model's output the clone trains on);
 - lipsync_video_musetalk: the same frame with a caption saying the template needs the user's MuseTalk files
+- lipsync_video_wav2lip: the same frame, its caption saying the template needs the user's Wav2Lip checkpoint
   (the pack ships none, so it cannot show MuseTalk's own output);
 - voice_only: the waveform of `digital-human speak` of the template's text in the sample voice;
 - voice_clone_cosyvoice: the waveform of the sample voice clip (its reference), captioned that the template
@@ -125,13 +126,16 @@ def main() -> None:
             photo_frame = Image.fromarray(_most_open_mouth(_frames(video)))
             for name in wanted & {"clone_from_photo", "clone_from_photo_fast"}:
                 _save(photo_frame, name)
-        if wanted & {"clone_from_video", "lipsync_video_musetalk"}:
+        if wanted & {"clone_from_video", "lipsync_video_musetalk", "lipsync_video_wav2lip"}:
             talking_frame = Image.fromarray(_most_open_mouth(_frames(samples / TALKING)))
             if "clone_from_video" in wanted:
                 _save(talking_frame, "clone_from_video")
             if "lipsync_video_musetalk" in wanted:
                 _save(_captioned(talking_frame, "MuseTalk 1.5 lip-sync - needs your MuseTalk files"),
                       "lipsync_video_musetalk")
+            if "lipsync_video_wav2lip" in wanted:
+                _save(_captioned(talking_frame, "Wav2Lip lip-sync - needs your Wav2Lip checkpoint"),
+                      "lipsync_video_wav2lip")
         if "voice_only" in wanted:
             speech = Path(tmp) / "speech.wav"
             _pack("speak", "--voice", str(samples / VOICE), "--no-imitate", "--text", _tts_text("voice_only"),

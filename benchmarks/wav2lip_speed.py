@@ -1,0 +1,208 @@
+"""Wav2Lip speed: the generator's batched frames/s per setting, and speech + a talking video -> MP4 (headless path).
+
+1. Network (`--network`): frames/s of the generator at batch sizes `--batches`, per setting, against the eager FP32
+   module with its BatchNorms (the reference's computation, same weights) measured in the same run:
+   fp32 (BatchNorms folded, channels-last), fp16 / bf16 (the same, half precision), fp16:graphs (one CUDA graph
+   per batch size, replayed), fp16:compile (torch.compile, its compile time reported). Max difference of each
+   setting's outputs from eager FP32's (x 255, uint8 levels).
+2. Video (`--face V --speech S`): what `digital-human animate --model wav2lip` (headless render) does after its
+   input checks, with the same functions (decode_audio, cli._faces_from_file, generate_crops(streaming=True),
+   render_talking_video): cold = first request in this process (model load, face models, first calls), then
+   warm runs with the models loaded: "first request" (the video's face track forgotten) and "repeat request"
+   (the same video again: its track kept, as MuseTalk's figure). Wall time from the speech file to the MP4.
+
+  python benchmarks/wav2lip_speed.py --checkpoint W.pth --network --face talk_512.mp4 --speech speech_10s.wav \\
+      --out benchmarks/results/wav2lip_speed_cpu.json
+Inputs as RESULTS.md's MuseTalk runs: ffmpeg -t 11 -i video/talk_en_male_01a.mp4 -vf fps=25,scale=512:512:flags=
+bicubic -an -c:v libx264 -crf 18 -pix_fmt yuv420p talk_512.mp4; ffmpeg -i audio/spk_en_male_01.wav -t 10.21 -ac 1
+-ar 16000 speech_10s.wav. Without --checkpoint a seeded random-weight checkpoint is written (speed does not
+depend on the weights).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+T_PROCESS = time.perf_counter()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bootstrap import import_pack  # noqa: E402
+
+import_pack()
+
+
+def _sync(torch, device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def network(ckpt: Path, device: str, settings: list[str], batches: list[int], seconds: float) -> dict:
+    import torch
+
+    from digital_human.engines.wav2lip.networks import inference_generator, load_generator
+
+    out: dict = {}
+    gen = torch.Generator().manual_seed(0)
+    base = load_generator(ckpt).to(device)
+    for b in batches:
+        mel = (torch.randn(b, 1, 80, 16, generator=gen) * 2).to(device)
+        faces = torch.rand(b, 6, 96, 96, generator=gen).to(device)
+        with torch.inference_mode():
+            ref = base(mel, faces).float()
+        row = {}
+        for setting in ["eager_fp32"] + settings:
+            prec, _, mode = setting.partition(":")
+            t_setup = time.perf_counter()
+            if setting == "eager_fp32":
+                net, dtype = base, torch.float32
+            else:
+                dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[prec]
+                net = inference_generator(ckpt, device, prec)
+            x = faces.to(dtype).contiguous(memory_format=torch.channels_last) if setting != "eager_fp32" else faces
+            m = mel.to(dtype)
+            call = lambda: net(m, x)  # noqa: E731
+            if mode == "compile":
+                net = torch.compile(net)
+                call = lambda: net(m, x)  # noqa: E731
+            with torch.inference_mode():
+                y = call()
+                if mode == "graphs":
+                    graph = torch.cuda.CUDAGraph()
+                    s = torch.cuda.Stream()
+                    s.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(s):
+                        for _ in range(2):
+                            net(m, x)
+                    torch.cuda.current_stream().wait_stream(s)
+                    with torch.cuda.graph(graph):
+                        y = net(m, x)
+                    call = lambda: (graph.replay(), y)[1]  # noqa: E731
+                y = call()
+                _sync(torch, device)
+                setup = time.perf_counter() - t_setup
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < seconds or n < 2:
+                    y = call()
+                    n += 1
+                    if device == "cuda" and n % 10 == 0:
+                        _sync(torch, device)
+                _sync(torch, device)
+                dt = time.perf_counter() - t0
+            diff = float(((y.float() - ref).abs().max() * 255).item())
+            row[setting] = {"frames_per_s": b * n / dt, "setup_s": setup, "max_diff_uint8_levels": diff}
+            print(f"batch {b} {setting}: {b * n / dt:,.0f} frames/s (setup {setup:.1f} s, diff {diff:.3f})",
+                  flush=True)
+        for setting, r in row.items():
+            r["vs_eager_fp32"] = r["frames_per_s"] / row["eager_fp32"]["frames_per_s"]
+        out[f"batch_{b}"] = row
+    return out
+
+
+def video_once(face: Path, speech: Path, out: Path, precision: str) -> dict:
+    from digital_human.audio import decode_audio
+    from digital_human.cli import HEADLESS_MAX_SPEECH_SECONDS, StageTimer, _faces_from_file, _seconds
+    from digital_human.talking_head.registry import generate_crops
+    from digital_human.talking_head.render_video import render_talking_video
+
+    timer = StageTimer()
+    t0 = time.perf_counter()
+    wave, rate = timer.run("decode_audio", decode_audio, speech)
+    faces, fps, _ = _faces_from_file(timer, face, None, "auto", 60.0, None, _seconds(wave, rate), 0,
+                                     model="wav2lip")
+    gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, "wav2lip", fps, backend="auto",
+                    precision=precision, streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
+    result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5)
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "frames": result.mux.frames_written, "audio_s": np.asarray(wave).shape[-1] / rate,
+            "stages": {k: round(v, 4) for k, v in timer.seconds.items()},
+            "model_timings": {k: round(v, 4) for k, v in gen.timings.items()}, "backend": gen.backend}
+
+
+def _forget() -> None:
+    from digital_human.talking_head.render_video import clear_video_caches
+    from digital_human.vision.track import clear_track_cache
+
+    clear_track_cache()
+    clear_video_caches()
+
+
+def video(face: Path, speech: Path, precision: str, repeats: int,
+          kinds: tuple[str, ...] = ("first_request", "repeat_request")) -> dict:
+    res: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "v.mp4"
+        t = time.perf_counter()
+        res["cold"] = video_once(face, speech, out, precision)
+        res["cold"]["process_s"] = time.perf_counter() - T_PROCESS
+        print("cold", json.dumps(res["cold"]), flush=True)
+        for kind in kinds:
+            runs = []
+            for _ in range(repeats):
+                if kind == "first_request":
+                    _forget()
+                runs.append(video_once(face, speech, out, precision))
+                print(kind, json.dumps(runs[-1]), flush=True)
+            walls = [r["wall_s"] for r in runs]
+            res[kind] = {"median_wall_s": statistics.median(walls), "walls_s": walls, "last": runs[-1],
+                         "realtime_factor": runs[-1]["audio_s"] / statistics.median(walls)}
+        del t
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoint", type=Path, default=None)
+    ap.add_argument("--device", default=None, help="cuda | cpu (default: cuda when there is one)")
+    ap.add_argument("--network", action="store_true")
+    ap.add_argument("--settings", default=None, help="comma list (default: CPU fp32,bf16; CUDA fp32,fp16,bf16,"
+                                                      "fp16:graphs)")
+    ap.add_argument("--batches", default=None, help="comma list (default: CPU 16; CUDA 128,512)")
+    ap.add_argument("--seconds", type=float, default=2.0, help="per measurement")
+    ap.add_argument("--face", type=Path)
+    ap.add_argument("--speech", type=Path)
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--kinds", default="first_request,repeat_request", help="warm runs after the cold one")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    report: dict = {"date": "2026-12-02", "device": device, "machine": platform.node(), "cpu_count": os.cpu_count(),
+                    "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+                    "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
+    if hasattr(os, "getloadavg"):
+        report["load_average_at_start"] = os.getloadavg()
+    ckpt = args.checkpoint
+    if ckpt is None:
+        from digital_human.engines.wav2lip.random_release import write_checkpoint
+
+        ckpt = write_checkpoint(Path(tempfile.mkdtemp()) / "wav2lip" / "wav2lip.pth", 0)
+    try:
+        if args.network:
+            settings = (args.settings or ("fp32,fp16,bf16,fp16:graphs" if device == "cuda" else "fp32,bf16")).split(",")
+            batches = [int(b) for b in (args.batches or ("128,512" if device == "cuda" else "16")).split(",")]
+            report["network"] = network(ckpt, device, settings, batches, args.seconds)
+        if args.face and args.speech:
+            report["video"] = video(args.face, args.speech, args.precision, args.repeats,
+                                    tuple(k for k in args.kinds.split(",") if k))
+    finally:
+        if hasattr(os, "getloadavg"):
+            report["load_average_at_end"] = os.getloadavg()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
