@@ -442,6 +442,7 @@ def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
     timer.run("preflight", check_input_files, args)  # a missing file: refused before any thread starts
     start_warmup()  # torch imports while the inputs are checked
     timer.run("preflight", check_animate_args, args)  # every input checked before any heavy work
+    timer.run("preflight", _model_settings, args)  # --set keys the model does not read: refused now
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio))
     phones = timer.run("phones", _speech_phones, args, wave, rate)
     report, fps, reports = _animate_to(timer, args, wave, rate, phones.phones)

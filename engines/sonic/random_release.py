@@ -49,7 +49,7 @@ def unet_config(reduced: bool) -> dict:
 
 
 def vae_config(reduced: bool) -> dict:
-    blocks = [128, 256, 512, 512] if not reduced else [32, 32, 64]
+    blocks = [128, 256, 512, 512] if not reduced else [32, 32, 32, 32]
     return {"_class_name": "AutoencoderKLTemporalDecoder", "block_out_channels": blocks,
             "down_block_types": ["DownEncoderBlock2D"] * len(blocks), "force_upcast": True, "in_channels": 3,
             "latent_channels": 4, "layers_per_block": 2 if not reduced else 1, "out_channels": 3,
