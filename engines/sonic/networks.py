@@ -97,9 +97,12 @@ class AudioAttnProcessor(nn.Module):
         heads = attn.heads
         query = attn.to_q(hidden_states)
         head_dim = query.shape[-1] // heads
+        # temporal blocks pass one context per video (not one per spatial position, as the reference repeats it):
+        # the queries of all positions of a video attend to the same keys/values, computed once
+        groups = context.shape[0]
 
         def split(x):
-            return x.reshape(x.shape[0], -1, heads, head_dim).transpose(1, 2)
+            return x.reshape(groups, -1, heads, head_dim).transpose(1, 2)
 
         q = split(query)
         out = F.scaled_dot_product_attention(q, split(attn.to_k(context)), split(attn.to_v(context)))
@@ -116,10 +119,10 @@ class AudioAttnProcessor(nn.Module):
         return out / attn.rescale_output_factor
 
 
-def _mean_context(x: torch.Tensor, batch: int, frames: int, positions: int) -> torch.Tensor:
-    """Sonic's temporal context: the window's mean over frames, repeated for every spatial position."""
-    x = x.reshape(batch, frames, x.shape[-2], x.shape[-1]).mean(dim=1, keepdim=True)
-    return x.repeat(1, positions, 1, 1).reshape(batch * positions, -1, x.shape[-1])
+def _mean_context(x: torch.Tensor, batch: int, frames: int) -> torch.Tensor:
+    """Sonic's temporal context: the window's mean over frames [batch, tokens, D], the same for every spatial
+    position (AudioAttnProcessor attends all of a video's positions to it at once)."""
+    return x.reshape(batch, frames, x.shape[-2], x.shape[-1]).mean(dim=1)
 
 
 def sonic_transformer_forward(module, hidden_states, context, audio, mask, image_only_indicator):
@@ -128,8 +131,7 @@ def sonic_transformer_forward(module, hidden_states, context, audio, mask, image
     batch_frames, _, height, width = hidden_states.shape
     frames = image_only_indicator.shape[-1]
     batch = batch_frames // frames
-    time_context = (_mean_context(context, batch, frames, height * width),
-                    _mean_context(audio, batch, frames, height * width))
+    time_context = (_mean_context(context, batch, frames), _mean_context(audio, batch, frames))
     residual = hidden_states
     hidden_states = module.norm(hidden_states)
     inner_dim = hidden_states.shape[1]
