@@ -105,7 +105,7 @@ class SonicLatents:
         buckets = buckets[0] * 16 + 16                                        # [N, 2, 1]
         self.stage_outputs.update(whisper=every, tokens=cond, uncond=uncond, buckets=buckets, clip=image_embeds)
 
-        ref = torch.from_numpy(self.framing.image).permute(2, 0, 1)[None].float().div(255).sub(0.5).div(0.5)
+        ref = torch.from_numpy(self.framing.image.copy()).permute(2, 0, 1)[None].float().div(255).sub(0.5).div(0.5)
         gen = torch.Generator().manual_seed(int(s.seed))
         ref_noise = torch.randn(ref.shape, generator=gen)  # drawn as the reference draws it (noise_aug 0)
         ref = ref.to(dev, dt)
@@ -118,7 +118,7 @@ class SonicLatents:
         latents_all = (ref_lat.unsqueeze(1) + noise * sigmas[0].to(dev, dt))
         self.stage_outputs.update(ref_latents=ref_lat, image_latents=image_lat)
 
-        mask = torch.from_numpy(self.framing.mask)[None, None].to(dev, dt)
+        mask = torch.from_numpy(self.framing.mask.copy())[None, None].to(dev, dt)
         zero_ctx = torch.zeros_like(image_embeds)
         windows = list(range(0, n, WINDOW_FRAMES))
         total, done = s.steps * len(windows), 0
