@@ -327,7 +327,8 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
                       max_side: int | None = None, face_index: int = 0,
                       phones: Any = None, idle_motion: bool = True,
                       crop_size: str = "auto", mouth_bank: str = "auto",
-                      fast_path: bool | None = None) -> tuple[Any, float, dict[str, Any]]:
+                      fast_path: bool | None = None,
+                      settings: dict[str, Any] | None = None) -> tuple[Any, float, dict[str, Any]]:
     """face file + speech -> MP4 on the headless path (TalkingHeadVideo's: paste-back, smoothing and
     YUV conversion on the GPU when there is one, encoding overlapped); the node chain's result to
     rounding. Returns (MuxReport, fps, reports)."""
@@ -339,7 +340,7 @@ def _animate_headless(timer: StageTimer, face: Path, wave: Any, rate: int, model
     # crops are generated chunk by chunk while the video is encoded: memory stays flat in the length
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, model, fps, backend=backend,
                     streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS, phones=phones,
-                    idle_motion=idle_motion, fast_path=fast_path,
+                    idle_motion=idle_motion, fast_path=fast_path, settings=settings,
                     mouth_bank=_mouth_bank_inputs(timer, mouth_bank, model, backend, max_seconds, max_side)["bank"])
     bar = _progress_bar("video", len(gen))
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=smooth,
@@ -361,12 +362,42 @@ def _animate_to(timer: StageTimer, args: argparse.Namespace, wave: Any, rate: in
         return _animate_headless(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                  args.max_seconds, args.smooth, Path(args.out), args.max_side, args.face_index,
                                  phones, not getattr(args, "no_idle_motion", False), args.crop_size,
-                                 getattr(args, "mouth_bank", "auto"), getattr(args, "fast_path", None))
+                                 getattr(args, "mouth_bank", "auto"), getattr(args, "fast_path", None),
+                                 _model_settings(args))
     frames, fps, reports = _animate_frames(timer, Path(args.face), wave, rate, args.model, args.fps, args.backend,
                                            args.max_seconds, args.smooth, args.max_side, args.face_index, phones,
                                            not getattr(args, "no_idle_motion", False), args.crop_size,
                                            getattr(args, "mouth_bank", "auto"), getattr(args, "fast_path", None))
     return _mux_to(timer, frames, wave, rate, fps, Path(args.out)), fps, reports
+
+
+def _setting_arg(value: str) -> tuple[str, Any]:
+    """--set KEY=VALUE: a model setting (numbers and true/false parsed; checked against the model later)."""
+    key, sep, raw = value.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE (e.g. steps=25), got '{value}'")
+    low = raw.strip().lower()
+    if low in ("true", "false"):
+        return key.strip(), low == "true"
+    for kind in (int, float):
+        try:
+            return key.strip(), kind(raw)
+        except ValueError:
+            pass
+    return key.strip(), raw.strip()
+
+
+def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """--set values as a dict; a key the model does not read is refused (names what it reads)."""
+    from .talking_head.registry import model_options
+
+    settings = dict(getattr(args, "set", None) or [])
+    known = model_options(args.model) if settings else ()
+    unknown = sorted(k for k in settings if k not in known)
+    if unknown:
+        raise ValueError(f"--set {', '.join(unknown)}: model {args.model} reads "
+                         f"{', '.join(known) if known else 'no settings'}")
+    return settings
 
 
 def _mouth_bank_arg(value: str) -> str:
@@ -414,6 +445,7 @@ def _cmd_animate(args: argparse.Namespace) -> dict[str, Any]:
     timer.run("preflight", check_input_files, args)  # a missing file: refused before any thread starts
     start_warmup()  # torch imports while the inputs are checked
     timer.run("preflight", check_animate_args, args)  # every input checked before any heavy work
+    timer.run("preflight", _model_settings, args)  # --set keys the model does not read: refused now
     wave, rate = timer.run("decode_audio", decode_audio, Path(args.audio))
     phones = timer.run("phones", _speech_phones, args, wave, rate)
     report, fps, reports = _animate_to(timer, args, wave, rate, phones.phones)
@@ -601,6 +633,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "drawn mouth (the JSON report's reports.mouth_bank says whether it ran, on how many frames)")
         p.add_argument("--no-idle-motion", action="store_true", help="a photo keeps still eyes and head (default: "
                        "it blinks, sways and nods with the speech; a video keeps its own motion)")
+        p.add_argument("--set", action="append", type=_setting_arg, metavar="KEY=VALUE",
+                       help="a model setting, repeatable (sonic: steps, appearance_guidance, audio_guidance, "
+                            "dynamic_scale, seed, vram=auto|high|low, paste_back=true|false, resolution)")
         max_side(p)
         p.add_argument("--fast-path", action="store_true", default=None,
                        help=f"the model's compiled path where it has one (musetalk). {MUSETALK_COST}")

@@ -76,6 +76,30 @@ def _model_choices() -> list[str]:
     return model_choices()
 
 
+# Settings of the models that read them (TalkingHeadModel.options; today: sonic, a diffusion model); the others
+# never see them. Defaults are the reference's.
+MODEL_SETTING_INPUTS: dict[str, Any] = {
+    "steps": ("INT", {"default": 25, "min": 1, "max": 200, "tooltip": "Diffusion steps (sonic; reference 25)."}),
+    "appearance_guidance": ("FLOAT", {"default": 2.0, "min": 0.0, "max": 20.0, "step": 0.1,
+                                      "tooltip": "Guidance toward the photo's appearance (sonic; reference 2.0)."}),
+    "audio_guidance": ("FLOAT", {"default": 7.5, "min": 0.0, "max": 20.0, "step": 0.1,
+                                 "tooltip": "Guidance toward the speech (sonic; reference 7.5)."}),
+    "dynamic_scale": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 3.0, "step": 0.05,
+                                "tooltip": "Head motion amount: scales the motion buckets (sonic; reference 1.0)."}),
+    "vram": (["auto", "high", "low"], {"default": "auto", "tooltip": "sonic: high batches the three guidance "
+                                       "branches; low runs them one by one (fits 12 GB cards); auto picks by memory."}),
+    "paste_back": ("BOOLEAN", {"default": False, "tooltip": "sonic: put the moving face crop back into the photo "
+                                                            "(feathered border) instead of returning the crop."}),
+    "resolution": ("INT", {"default": 512, "min": 128, "max": 1024, "step": 64,
+                           "tooltip": "sonic: short side of the generated frames (reference 512)."}),
+}
+
+
+def _settings(seed: int, values: dict[str, Any]) -> dict[str, Any]:
+    """The model settings the node was given (generate_crops passes each only to models that read it)."""
+    return {"seed": seed, **{k: v for k, v in values.items() if k in MODEL_SETTING_INPUTS and v is not None}}
+
+
 class TRT_TalkingHead:
     """Lip-synced frames of the face in DH_FACES speaking the AUDIO."""
 
@@ -86,6 +110,10 @@ class TRT_TalkingHead:
                    "and whisper-tiny MIT); 'wav2lip' runs Wav2Lip from the checkpoint the user placed in "
                    "models/digital_human/wav2lip/ (wav2lip.pth or wav2lip_gan.pth; licence: personal / research / "
                    "non-commercial use only, commercial use prohibited by its authors). "
+                   "'sonic' runs Sonic (CVPR 2025) from the release the user placed in "
+                   "models/digital_human/sonic/ and moves the whole head: NON-COMMERCIAL - Sonic's weights are "
+                   "CC BY-NC-SA 4.0 and Stable Video Diffusion img2vid-xt's are under Stability AI's non-commercial "
+                   "community licence; its frames are its own face crop (paste_back puts them into the photo). "
                    "Video references are looped / ping-ponged / held to cover the audio; only the lower face changes, "
                    "except that a photo also blinks and moves its head a little (idle_motion).")
 
@@ -119,7 +147,8 @@ class TRT_TalkingHead:
                          "bank_faces": ("DH_FACES", {"tooltip": "Optional (portrait, mouth_bank auto): FaceAlign of "
                                                                 "another talking video of the same person to take "
                                                                 "the mouths from, instead of the reference itself."}),
-                         "fast_path": ("BOOLEAN", {"default": False, "tooltip": _fast_path_tooltip()})},
+                         "fast_path": ("BOOLEAN", {"default": False, "tooltip": _fast_path_tooltip()}),
+                         **MODEL_SETTING_INPUTS},
         }
 
     RETURN_TYPES = ("IMAGE", "DH_FACES", "STRING")
@@ -140,7 +169,7 @@ class TRT_TalkingHead:
                 loop_mode: str = "ping-pong", batch_size: int = 0, strength: float = 1.0,
                 max_audio_seconds: float = 600.0, backend: str = "auto", precision: str = "auto", seed: int = 0,
                 avatar: Any = None, visemes: str = "auto", idle_motion: str = "auto", mouth_bank: str = "auto",
-                bank_faces: Any = None, fast_path: bool = False):
+                bank_faces: Any = None, fast_path: bool = False, **model_settings: Any):
         from ..audio import from_comfy_audio
         from ..talking_head.driver import paste_generated, phase_progress
         from ..talking_head.registry import generate_crops
@@ -159,7 +188,8 @@ class TRT_TalkingHead:
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, phase_progress(report_progress, 0), interrupted,
                               phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed,
-                              mouth_bank=_mouth_bank(mouth_bank, bank_faces), fast_path=bool(fast_path))
+                              mouth_bank=_mouth_bank(mouth_bank, bank_faces), fast_path=bool(fast_path),
+                              settings=_settings(seed, model_settings))
         result = paste_generated(gen, 64, phase_progress(report_progress, 1), should_stop=interrupted)
         for warning in result.warnings:
             log.warning("TRT_TalkingHead: %s", warning)
@@ -227,7 +257,7 @@ class TalkingHeadVideo:
                smooth_strength: float = 0.5, format: str = "mp4", crf: int = 18,
                filename_prefix: str = "digital_human/clone", avatar: Any = None, visemes: str = "auto",
                idle_motion: str = "auto", mouth_bank: str = "auto", bank_faces: Any = None,
-               fast_path: bool = False):
+               fast_path: bool = False, **model_settings: Any):
         from ..audio import from_comfy_audio
         from ..talking_head.registry import generate_crops
         from ..talking_head.render_video import render_talking_video
@@ -246,7 +276,8 @@ class TalkingHeadVideo:
         gen = generate_crops(faces, wave, rate, model, fps, loop_mode, batch_size, strength, max_audio_seconds,
                               backend, precision, avatar, None, interrupted, streaming=True,
                               phones=phones.phones, idle_motion=_idle_motion(idle_motion), seed=seed,
-                              mouth_bank=_mouth_bank(mouth_bank, bank_faces), fast_path=bool(fast_path))
+                              mouth_bank=_mouth_bank(mouth_bank, bank_faces), fast_path=bool(fast_path),
+                              settings=_settings(seed, model_settings))
         result = render_talking_video(gen, wave, rate, path, smooth_method="one_euro",
                                       smooth_strength=smooth_strength, fmt=format, crf=crf,
                                       progress=report_progress(0, 100), should_stop=interrupted)

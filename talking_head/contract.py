@@ -1,8 +1,11 @@
 """The one contract every talking-head model meets (the registry in registry.py holds one entry per model).
 
-A model takes the aligned faces of a reference (`DH_FACES`: a FaceTrack) and speech, and returns a
-`GeneratedCrops`: one generated crop per output frame (or a renderer that makes them on demand), which
-the shared driver pastes back (node path) or render_video streams to the encoder (headless path).
+A model takes the aligned faces of a reference (`DH_FACES`: a FaceTrack) and speech. Two kinds (DESIGN 5b):
+- "mouth-crop" models return a `GeneratedCrops`: one generated crop per output frame (or a renderer that makes
+  them on demand), which the shared driver pastes back (node path) or render_video streams to the encoder.
+- "whole-frame" models (Sonic) make the moving head's frames themselves and return a `GeneratedFrames`: full
+  output frames of the model's own framing (or pasted back into the photo where the model can do that without
+  seams); the driver and render_video pass them through, with no paste-back or mouth smoothing.
 What differs per model is said here, so the CLI, the nodes and the benchmarks need no per-model code.
 """
 from __future__ import annotations
@@ -10,14 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from .driver import GeneratedCrops
+from .driver import GeneratedCrops, GeneratedFrames
+
+KINDS = ("mouth-crop", "whole-frame")
 
 
 class CropGenerator(Protocol):
     def __call__(self, faces: Any, wave: Any, rate: int, fps: float, *, loop_mode: str, batch_size: int,
                  strength: float, max_audio_seconds: float, backend: str, precision: str, avatar: Any,
                  progress: Callable[[int, int], None] | None, should_stop: Callable[[], bool] | None,
-                 streaming: bool) -> GeneratedCrops: ...
+                 streaming: bool) -> GeneratedCrops | GeneratedFrames: ...
 
 
 def _always_ready(model: str) -> str | None:
@@ -52,3 +57,10 @@ class TalkingHeadModel:
     # any work, so a missing extra is named with its pip line instead of failing later with a traceback
     extra: str = ""
     modules: tuple[str, ...] = ()
+    # "mouth-crop": generate() returns GeneratedCrops (the driver pastes the lower face); "whole-frame": it returns
+    # GeneratedFrames (whole frames, the head moving; no paste-back, idle motion or mouth smoothing is added)
+    kind: str = "mouth-crop"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"TalkingHeadModel.kind must be one of {KINDS}, got {self.kind!r}")

@@ -153,10 +153,101 @@ class GeneratedCrops:
         return replace(sched, warnings=list(sched.warnings) + self.warnings)
 
 
-def paste_generated(gen: GeneratedCrops, batch_size: int = 32, progress: Callable[[int, int], None] | None = None,
+@dataclass
+class GeneratedFrames:
+    """A whole-frame model's work (contract kind "whole-frame"): whole output frames on the output clock, made on
+    demand by render(start, stop) -> uint8 [k, H, W, 3]. `to_output`: the affine [2, 3] from the reference's
+    pixels to the output's (identity when the model pasted its frames back into the photo), so the output's
+    DH_FACES carries the reference's landmarks in output coordinates (held still: the head moves)."""
+    track: FaceTrack
+    fps: float
+    count: int
+    size: tuple[int, int]               # (height, width) of every output frame
+    render: Callable[[int, int], np.ndarray]
+    model: str
+    backend: str
+    to_output: np.ndarray = field(default_factory=lambda: np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+    timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+    kind: str = "whole-frame"
+
+    def __len__(self) -> int:
+        return self.count
+
+    def chunk(self, start: int, stop: int) -> np.ndarray:
+        return self.render(start, stop)
+
+    def output_track(self, frames: np.ndarray) -> FaceTrack:
+        """The output's DH_FACES: the reference face's landmarks, boxes and crop transforms moved into the output
+        frames' coordinates (run FaceAlign on the output for tracked ones)."""
+        idx = np.zeros(len(frames), np.int64)
+        a = np.vstack([np.asarray(self.to_output, np.float64), [0.0, 0.0, 1.0]])
+        lms = np.asarray(self.track.landmarks[idx], np.float32).copy()
+        lms[..., :2] = lms[..., :2] @ a[:2, :2].T.astype(np.float32) + a[:2, 2].astype(np.float32)
+        lms[..., 2] *= float(np.sqrt(abs(np.linalg.det(a[:2, :2]))))
+        inv = np.linalg.inv(a)
+        affines = np.asarray(self.track.affines[idx], np.float64) @ inv  # [k, 2, 3] @ [3, 3]
+        boxes = np.concatenate([lms[:, :, :2].min(1), lms[:, :, :2].max(1)], 1)
+        sched = schedule_track(self.track, idx, self.fps, frames=frames, landmarks=lms)
+        warnings = list(sched.warnings) + self.warnings + [
+            f"{self.model} moves the whole head: the output's landmarks are the reference's, held still (run "
+            "FaceAlign on the output for tracked ones)"]
+        return replace(sched, affines=affines.astype(sched.affines.dtype), boxes=boxes.astype(sched.boxes.dtype),
+                       warnings=warnings)
+
+
+def paste_whole_frames(photo: np.ndarray, frames: np.ndarray, box: tuple[int, int, int, int],
+                       feather: float = 0.06) -> np.ndarray:
+    """A whole-frame model's crops [k, h, w, 3] resized into `box` (x0, y0, x1, y1, inside the photo) of copies
+    of `photo`, their border blended over `feather` of the box's side (seamless where that border is background
+    the model kept still; sides on the photo's own edge need no blend)."""
+    import cv2
+
+    x0, y0, x1, y1 = box
+    bw, bh = x1 - x0, y1 - y0
+    height, width = photo.shape[:2]
+    ramp = max(1.0, feather * min(bw, bh))
+    big = float(max(bw, bh))
+    yy, xx = np.mgrid[0:bh, 0:bw].astype(np.float32)
+    left = xx + 0.5 if x0 > 0 else np.full_like(xx, big)
+    right = bw - xx - 0.5 if x1 < width else np.full_like(xx, big)
+    top = yy + 0.5 if y0 > 0 else np.full_like(yy, big)
+    bottom = bh - yy - 0.5 if y1 < height else np.full_like(yy, big)
+    alpha = np.clip(np.minimum(np.minimum(left, right), np.minimum(top, bottom)) / ramp, 0.0, 1.0)[..., None]
+    out = np.repeat(photo[None], len(frames), axis=0)
+    for k, f in enumerate(frames):
+        interp = cv2.INTER_AREA if bw < f.shape[1] else cv2.INTER_CUBIC
+        resized = cv2.resize(np.ascontiguousarray(f), (bw, bh), interpolation=interp).astype(np.float32)
+        region = out[k, y0:y1, x0:x1].astype(np.float32)
+        out[k, y0:y1, x0:x1] = np.clip(region + alpha * (resized - region) + 0.5, 0, 255).astype(np.uint8)
+    return out
+
+
+def _whole_frames_result(gen: GeneratedFrames, batch_size: int, progress, should_stop, t0: float) -> TalkingHeadResult:
+    """TalkingHeadResult of a whole-frame model: its frames as they are, made batch by batch."""
+    n = len(gen)
+    frames = np.empty((n, *gen.size, 3), np.uint8)
+    for start in range(0, n, max(1, batch_size)):
+        if should_stop is not None and should_stop():
+            raise InterruptedError(f"{gen.model} talking head interrupted after {start} of {n} frames")
+        stop = min(start + batch_size, n)
+        frames[start:stop] = gen.chunk(start, stop)
+        if progress is not None:
+            progress(stop, n)
+    timings = dict(gen.timings, frames=time.perf_counter() - t0)
+    timings["total"] = sum(v for k, v in timings.items() if k != "total")
+    return TalkingHeadResult(frames=frames, track=gen.output_track(frames), model=gen.model, backend=gen.backend,
+                             timings=timings, warnings=list(gen.warnings), frames_generated=n)
+
+
+def paste_generated(gen: "GeneratedCrops | GeneratedFrames", batch_size: int = 32, progress: Callable[[int, int], None] | None = None,
                     should_stop: Callable[[], bool] | None = None) -> TalkingHeadResult:
-    """Paste every generated crop into a copy of its reference frame on the CPU (frames on threads)."""
+    """Paste every generated crop into a copy of its reference frame on the CPU (frames on threads); a
+    whole-frame model's frames (GeneratedFrames) are taken as they are."""
     t0 = time.perf_counter()
+    if isinstance(gen, GeneratedFrames):
+        return _whole_frames_result(gen, batch_size, progress, should_stop, t0)
     gen = gen.materialized(should_stop=should_stop)
     n = len(gen)
     frames = gen.track.frames[gen.idx]  # the output, pasted in place batch by batch

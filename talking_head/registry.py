@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import clone, musetalk, portrait, wav2lip
+from . import clone, musetalk, portrait, sonic, wav2lip
 from .contract import TalkingHeadModel
-from .driver import GeneratedCrops
+from .driver import GeneratedCrops, GeneratedFrames
 
 MODELS: dict[str, TalkingHeadModel] = {
     "portrait": portrait.MODEL,
     "musetalk": musetalk.MODEL,
     "clone": clone.MODEL,
     "wav2lip": wav2lip.MODEL,
+    "sonic": sonic.MODEL,
 }
 
 
@@ -74,7 +75,8 @@ def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loo
                    progress: Callable[[int, int], None] | None = None,
                    should_stop: Callable[[], bool] | None = None, streaming: bool = False,
                    phones: Any = None, idle_motion: bool = False, seed: int = 0,
-                   mouth_bank: Any = None, fast_path: bool | None = None) -> GeneratedCrops:
+                   mouth_bank: Any = None, fast_path: bool | None = None,
+                   settings: dict[str, Any] | None = None) -> "GeneratedCrops | GeneratedFrames":
     """The model's crops for every output frame. A given `avatar` (DH_AVATAR) overrides `model`.
     streaming: crops are made on demand while the video is rendered (bounded memory); progress then
     reports nothing here (the renderer reports). phones: the speech's phone timings, or None; given
@@ -82,19 +84,34 @@ def generate_crops(faces: Any, wave: Any, rate: int, model: str, fps: float, loo
     nods with the speech (head_warp.py, any model; seeded by `seed`); a video reference keeps its own motion.
     mouth_bank: portrait's mouth bank ("auto", "off", or a FaceTrack of another video of the person;
     None = the model's default); other models ignore it. fast_path: the model's compiled / CUDA-graph path
-    (models with "fast_path" in their options, e.g. musetalk; None = its default, or its variable)."""
+    (models with "fast_path" in their options, e.g. musetalk; None = its default, or its variable).
+    settings: model settings by name (e.g. steps, seed, vram), given only to models that list them in `options`. A whole-frame model (contract kind) returns
+    GeneratedFrames and gets no idle motion (it moves the head itself)."""
     entry, avatar = resolve(model, avatar)
     extra = {"phones": phones} if phones and _entry_reads_phones(entry, avatar) else {}
     if mouth_bank is not None and "mouth_bank" in entry.options:
         extra["mouth_bank"] = mouth_bank
     if fast_path is not None and "fast_path" in entry.options:
         extra["fast_path"] = bool(fast_path)
+    for key, value in (settings or {}).items():
+        if key in entry.options and value is not None:
+            extra[key] = value
     gen = entry.generate(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, strength=strength,
                          max_audio_seconds=max_audio_seconds, backend=backend, precision=precision, avatar=avatar,
                          progress=progress, should_stop=should_stop, streaming=streaming, **extra)
-    if not idle_motion:
+    if not idle_motion or entry.kind == "whole-frame":
         return gen
     from .driver import validate_audio
     from .head_warp import attach_idle_motion
 
     return attach_idle_motion(gen, validate_audio(wave, rate, max_audio_seconds), rate, seed)
+
+
+def model_kind(model: str) -> str:
+    """The contract kind of `model`: "mouth-crop" or "whole-frame"."""
+    return resolve(model)[0].kind
+
+
+def model_options(model: str) -> tuple[str, ...]:
+    """The settings `model` reads (generate_crops' `settings` keys)."""
+    return resolve(model)[0].options

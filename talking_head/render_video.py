@@ -32,7 +32,7 @@ from ..vision.content_key import digest
 from ..vision.faces import apply_affines, invert_affines
 from ..vision.paste import frame_space_masks
 from ..vision.paste_torch import paste_boxes, paste_footprint
-from .driver import GeneratedCrops
+from .driver import GeneratedCrops, GeneratedFrames
 
 CHUNK_FRAMES = 32  # frames per GPU step / encoder write: a few tens of MB of uint8 at 512 px
 # at most this many bytes of float face boxes per chunk: a face that fills a 1920-px photo has a
@@ -498,6 +498,9 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
     import torch
 
     t0 = time.perf_counter()
+    if isinstance(gen, GeneratedFrames):  # a whole-frame model: its frames are the video (nothing to paste)
+        return _render_whole_frames(gen, audio, sample_rate, out_path, fmt, crf, preset, chunk_frames, progress,
+                                    should_stop, t0)
     dev = torch.device(device or ("cuda" if torch_cuda_usable() else "cpu"))  # ComfyUI's --cpu respected
     n = len(gen)
     height, width = gen.track.frames.shape[1:3]
@@ -539,3 +542,31 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
     # generation, paste-back, smoothing and encoding overlap (one stream), so one time covers them
     timings["total"] = time.perf_counter() - t0
     return TalkingVideoResult(path=mux.path, mux=mux, device=str(dev), timings=timings, warnings=list(gen.warnings))
+
+
+def _render_whole_frames(gen: GeneratedFrames, audio: np.ndarray, sample_rate: int, out_path: str | Path, fmt: str,
+                         crf: int | None, preset: str | None, chunk_frames: int,
+                         progress: Callable[[int, int], None] | None, should_stop: Callable[[], bool] | None,
+                         t0: float) -> TalkingVideoResult:
+    """A whole-frame model's frames streamed to the encoder chunk by chunk (made on a thread ahead of it)."""
+    n = len(gen)
+    height, width = gen.size
+
+    def chunks() -> Iterator[np.ndarray]:
+        for start in range(0, n, max(1, chunk_frames)):
+            if should_stop is not None and should_stop():
+                raise InterruptedError(f"talking video interrupted after {start} of {n} frames; no file written")
+            yield gen.chunk(start, min(start + chunk_frames, n))
+
+    prepared = _prefetched(chunks())
+    stream = FrameStream(count=n, width=width, height=height, pix_fmt="rgb24", chunks=prepared)
+    try:
+        mux = mux_video(stream, audio, int(sample_rate), gen.fps, out_path, fmt=fmt, crf=crf, preset=preset,
+                        length_mode="pad_audio", progress=(lambda done, _t: progress(done, n)) if progress else None,
+                        should_stop=should_stop)
+    except MuxInterrupted as exc:
+        raise InterruptedError(f"talking video interrupted while encoding: {exc}") from exc
+    finally:
+        prepared.close()
+    return TalkingVideoResult(path=mux.path, mux=mux, device=gen.backend,
+                              timings={"total": time.perf_counter() - t0}, warnings=list(gen.warnings))

@@ -134,6 +134,27 @@ LAYOUTS = {
                      ("Voice: the video's own sound -> cloned voice -> speech", ["2", "3"], "#2a4858")],
                     [("Wav2Lip lip-sync and video: lips from the speech -> MP4", ["5"], "#4a2a58")]],
     },
+    "talking_photo_sonic": {
+        "note": ["## Talking photo with Sonic", "One photo says your text in the cloned voice with Sonic (CVPR 2025, "
+                 "on Stable Video Diffusion): lips, head and expression all move. The video is Sonic's own square "
+                 "face crop (turn on `paste_back` to put it back into the photo).",
+                 "**Needs your Sonic files** (nothing is downloaded): under `models/digital_human/sonic/` exactly "
+                 "as released - `Sonic/unet.pth`, `Sonic/audio2token.pth`, `Sonic/audio2bucket.pth` and "
+                 "`RIFE/flownet.pkl` (huggingface.co/LeonJoe13/Sonic), `stable-video-diffusion-img2vid-xt/` "
+                 "(unet/config.json, vae/, image_encoder/, feature_extractor/, scheduler/; "
+                 "stabilityai/stable-video-diffusion-img2vid-xt) and `whisper-tiny/` (openai/whisper-tiny) - and "
+                 "the extra once: `pip install diffusers transformers` (versions in the pack's pyproject, extra "
+                 "`sonic`). Without them the prompt is refused when queued, with the list of what is missing.",
+                 "**Licences - not for commercial use**: Sonic's weights are CC BY-NC-SA 4.0; Stable Video "
+                 "Diffusion img2vid-xt's are under Stability AI's non-commercial community licence (the LICENSE file "
+                 "in that folder); whisper-tiny and RIFE MIT.",
+                 "**Speed**: 25 steps on 25-frame windows - about a minute for 10 s of speech on an H200; minutes "
+                 "per step on a CPU. `vram` low fits 12 GB cards.", SETUP_LINE, VOICE_TEXT, PHOTO_TEXT,
+                 MODELS_TEXT, SAMPLES_TEXT],
+        "columns": [[("Voice: reference clip -> cloned voice -> speech", ["1", "2", "3"], "#2a4858"),
+                     ("Face: photo -> face box", ["4", "5", "6"], "#5a4a2a")],
+                    [("Sonic: the whole head from the speech -> MP4", ["7"], "#4a2a58")]],
+    },
     "voice_clone_cosyvoice": {
         "note": ["## Voice clone with CosyVoice 2", "Text to speech in the voice of a short clip, cloned zero-shot by "
                  "CosyVoice 2 (no voice fitting: a few seconds of reference are enough).",

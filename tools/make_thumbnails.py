@@ -10,6 +10,8 @@ renders what each template makes with the pack's own CLI on the sample inputs th
 - lipsync_video_musetalk: the same frame with a caption saying the template needs the user's MuseTalk files
 - lipsync_video_wav2lip: the same frame, its caption saying the template needs the user's Wav2Lip checkpoint
   (the pack ships none, so it cannot show MuseTalk's own output);
+- talking_photo_sonic: the sample portrait with a caption saying the template needs the user's Sonic files
+  (non-commercial licences; the pack ships none, so it cannot show Sonic's own output);
 - voice_only: the waveform of `digital-human speak` of the template's text in the sample voice;
 - voice_clone_cosyvoice: the waveform of the sample voice clip (its reference), captioned that the template
   needs the user's CosyVoice files (the pack ships none, so it cannot show CosyVoice's own output).
@@ -141,6 +143,10 @@ def main() -> None:
             _pack("speak", "--voice", str(samples / VOICE), "--no-imitate", "--text", _tts_text("voice_only"),
                   "--out", str(speech))
             _save(_waveform(speech), "voice_only")
+        if "talking_photo_sonic" in wanted:  # the pack ships no Sonic weights: the input photo, captioned
+            portrait = Image.open(samples / PORTRAIT).convert("RGB")
+            _save(_captioned(portrait, "Sonic talking photo - needs your Sonic files (non-commercial)"),
+                  "talking_photo_sonic")
         if "voice_clone_cosyvoice" in wanted:
             _save(_captioned(_waveform(samples / VOICE), "CosyVoice 2 voice clone - needs your CosyVoice files"),
                   "voice_clone_cosyvoice")

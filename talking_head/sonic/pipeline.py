@@ -1,0 +1,232 @@
+"""Sonic's pipeline from a framed photo and 16 kHz speech to 25 fps frames (the reference's steps, in order):
+whisper encoder states -> audio token windows and motion buckets -> SVD latents of the photo -> time-shifted
+windows of 25 frames denoised with three guidance branches (no image, no audio, all) on an Euler v-prediction
+schedule -> temporal VAE decode in chunks of 8 -> RIFE middle frames (12.5 -> 25 fps).
+The work the reference repeats is done once (whisper runs once per 30 s, not twice; the unconditional audio
+tokens are one call). Progress is reported per UNet call; should_stop() is honoured between them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+STEP = 2                  # a video frame every 2 whisper-feature hops of 640 samples: 12.5 fps
+WINDOW_FRAMES = 25        # frames per denoised window (n_sample_frames)
+SHIFT_OFFSET = 7          # the windows move 7 frames a step so their seams never stay in place
+MODEL_FPS = 12.5
+DECODE_CHUNK = 8
+
+
+@dataclass(frozen=True)
+class SonicSettings:
+    steps: int = 25
+    appearance_guidance: float = 2.0
+    audio_guidance: float = 7.5
+    dynamic_scale: float = 1.0        # motion_bucket_scale
+    seed: int = 72589
+    resolution: int = 512             # short side of the model's frames
+    interpolate: bool = True          # RIFE to 25 fps
+    vram: str = "auto"                # auto / high (branches batched) / low (branches one by one, offloading)
+
+
+def whisper_states(nets, wave16k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """([1, T, blocks, D] every encoder state, [1, T, 1, D] the last, audio_len in 25 fps units).
+    30 s feature chunks as the reference cuts them; the encoder runs once per chunk (the reference runs it
+    twice: its last_hidden_state is the last of the hidden states)."""
+    fe = nets.whisper_features
+    window = 750 * 640
+    feats = [fe(wave16k[i:i + window], sampling_rate=16000, return_tensors="pt").input_features
+             for i in range(0, len(wave16k), window)]
+    feats = torch.cat(feats, dim=-1).to(nets.device)
+    every, last = [], []
+    for i in range(0, feats.shape[-1], 3000):
+        out = nets.whisper_encoder(feats[:, :, i:i + 3000], output_hidden_states=True)
+        every.append(torch.stack(out.hidden_states, dim=2))
+        last.append(out.last_hidden_state.unsqueeze(-2))
+    return torch.cat(every, 1), torch.cat(last, 1), len(wave16k) // 640
+
+
+def audio_windows(every: torch.Tensor, last: torch.Tensor, audio_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """([N, 10, blocks, D] token windows, [N, 50, 1, D] bucket windows), N = audio_len // 2 video frames."""
+    every = every[:, :audio_len * 2]
+    every = torch.cat([torch.zeros_like(every[:, :4]), every, torch.zeros_like(every[:, :6])], 1)
+    last = last[:, :audio_len * 2]
+    last = torch.cat([torch.zeros_like(last[:, :24]), last, torch.zeros_like(last[:, :26])], 1)
+    n = audio_len // STEP
+    tok = torch.stack([every[0, i * 2 * STEP:i * 2 * STEP + 10] for i in range(n)])
+    buck = torch.stack([last[0, i * 2 * STEP:i * 2 * STEP + 50] for i in range(n)])
+    return tok, buck
+
+
+def clip_embedding(nets, clip_image: np.ndarray) -> torch.Tensor:
+    pixels = nets.clip_processor(images=clip_image, return_tensors="pt").pixel_values
+    return nets.clip(pixels.to(nets.device, nets.dtype)).image_embeds  # [1, D]
+
+
+def _euler_tables(scheduler_config: dict, steps: int):
+    from diffusers import EulerDiscreteScheduler
+
+    sched = EulerDiscreteScheduler.from_config(scheduler_config)
+    sched.set_timesteps(steps)
+    return sched.timesteps.float(), sched.sigmas.float()
+
+
+class SonicLatents:
+    """The denoised latents of a clip, made by run(); decode(i) the i-th 12.5 fps frame (chunks of 8 cached)."""
+
+    def __init__(self, nets, framing, wave16k: np.ndarray, settings: SonicSettings,
+                 progress: Callable[[int, int], None] | None = None, should_stop: Callable[[], bool] | None = None):
+        self.nets, self.framing, self.settings = nets, framing, settings
+        self.wave16k, self.progress, self.should_stop = wave16k, progress, should_stop
+        self.latents: torch.Tensor | None = None
+        self.count = (len(wave16k) // 640) // STEP
+        self._decoded: dict[int, torch.Tensor] = {}
+        self.stage_outputs: dict[str, torch.Tensor] = {}  # parity checks read these
+
+    @torch.no_grad()
+    def run(self) -> torch.Tensor:
+        if self.latents is not None:
+            return self.latents
+        nets, s = self.nets, self.settings
+        dev, dt = nets.device, nets.dtype
+        every, last, audio_len = whisper_states(nets, self.wave16k)
+        tok_win, buck_win = audio_windows(every, last, audio_len)
+        n = tok_win.shape[0]
+        if n < 1:
+            raise ValueError("the speech is shorter than one Sonic frame (0.08 s)")
+        image_embeds = clip_embedding(nets, self.framing.clip_image)
+        cond = nets.audio2token(tok_win[None]).squeeze(0)                    # [N, 32, D]
+        uncond = nets.audio2token(torch.zeros_like(tok_win[:1])[None]).squeeze(0)  # one call for every frame
+        buckets = nets.audio2bucket(buck_win[None], image_embeds.float().expand(n, -1).reshape(1, n, -1))
+        buckets = buckets[0] * 16 + 16                                        # [N, 2, 1]
+        self.stage_outputs.update(whisper=every, tokens=cond, uncond=uncond, buckets=buckets, clip=image_embeds)
+
+        ref = torch.from_numpy(self.framing.image.copy()).permute(2, 0, 1)[None].float().div(255).sub(0.5).div(0.5)
+        gen = torch.Generator().manual_seed(int(s.seed))
+        ref_noise = torch.randn(ref.shape, generator=gen)  # drawn as the reference draws it (noise_aug 0)
+        ref = ref.to(dev, dt)
+        # noise_aug_strength is 0 in the reference's settings: its two encodes of the photo are one here
+        image_lat = nets.vae.encode(ref).latent_dist.mode()
+        ref_lat = image_lat * 0.18215
+        h, w = ref_lat.shape[-2:]
+        noise = torch.randn((1, n, 4, h, w), generator=gen).to(dev, dt)
+        timesteps, sigmas = _euler_tables(nets.scheduler_config, s.steps)
+        latents_all = (ref_lat.unsqueeze(1) + noise * sigmas[0].to(dev, dt))
+        self.stage_outputs.update(ref_latents=ref_lat, image_latents=image_lat)
+
+        mask = torch.from_numpy(self.framing.mask.copy())[None, None].to(dev, dt)
+        zero_ctx = torch.zeros_like(image_embeds)
+        windows = list(range(0, n, WINDOW_FRAMES))
+        total, done = s.steps * len(windows), 0
+        for i in range(s.steps):
+            t, sigma, sigma_next = timesteps[i], sigmas[i], sigmas[i + 1]
+            pred = torch.zeros_like(latents_all)
+            counter = torch.zeros((1, n, 1, 1, 1), dtype=latents_all.dtype, device=dev)
+            for start in windows:
+                if self.should_stop is not None and self.should_stop():
+                    raise InterruptedError(f"Sonic interrupted at step {i + 1} of {s.steps}")
+                idx = [(start - i * SHIFT_OFFSET + k) % n for k in range(WINDOW_FRAMES)]
+                lat = latents_all[:, idx]
+                v = self._guided(lat, t, sigma, image_lat, image_embeds, zero_ctx, cond[idx], uncond, buckets[idx], mask)
+                lat = self._euler(lat, v, sigma, sigma_next)
+                for k, p in enumerate(idx):
+                    pred[:, p] += lat[:, k]
+                    counter[:, p] += 1
+                done += 1
+                if self.progress is not None:
+                    self.progress(done, total)
+            latents_all = pred / counter
+        self.latents = latents_all
+        return latents_all
+
+    def _guided(self, lat, t, sigma, image_lat, image_embeds, zero_ctx, cond, uncond, buckets, mask):
+        nets, s = self.nets, self.settings
+        dev, dt = nets.device, nets.dtype
+        f = lat.shape[1]
+        scaled = lat / ((sigma.to(lat.device) ** 2 + 1) ** 0.5)
+        bucket = buckets.mean(dim=0).reshape(-1)  # the window's mean motion, two values
+        time_ids = torch.tensor([[MODEL_FPS, float(bucket[0]) * s.dynamic_scale,
+                                  float(bucket[1]) * s.dynamic_scale]], dtype=dt, device=dev)
+        img = image_lat.unsqueeze(1).expand(1, f, *image_lat.shape[1:])
+        branches = [  # (image latents, image context, audio tokens): no image, no audio, everything
+            (torch.zeros_like(img), zero_ctx, uncond.expand(f, -1, -1)),
+            (img, image_embeds, uncond.expand(f, -1, -1)),
+            (img, image_embeds, cond),
+        ]
+        tt = t.to(dev, dt)
+
+        def call(parts):
+            b = len(parts)
+            sample = torch.cat([torch.cat([scaled, p[0]], dim=2) for p in parts])
+            ctx = torch.cat([p[1].reshape(1, 1, -1).expand(f, 1, -1) for p in parts]).to(dt)
+            audio = torch.cat([p[2] for p in parts]).to(dt)
+            return nets.unet(sample.to(dt), tt, ctx, audio, time_ids.expand(b, -1), mask)
+
+        if s.vram == "low":
+            out = torch.cat([call([p]) for p in branches])
+        else:
+            out = call(branches)
+        u, d, c = out.chunk(3)
+        return u + s.appearance_guidance * (d - u) + s.audio_guidance * (c - d)
+
+    @staticmethod
+    def _euler(lat, v, sigma: torch.Tensor, sigma_next: torch.Tensor):
+        """EulerDiscreteScheduler.step for v-prediction without churn, in float32 as diffusers computes it."""
+        x = lat.float()
+        sigma, sigma_next = sigma.to(x.device), sigma_next.to(x.device)
+        denoised = v.float() * (-sigma / (sigma ** 2 + 1) ** 0.5) + x / (sigma ** 2 + 1)
+        return (x + (x - denoised) / sigma * (sigma_next - sigma)).to(v.dtype)
+
+    @torch.no_grad()
+    def frame(self, i: int) -> torch.Tensor:
+        """The i-th 12.5 fps frame, float [3, H, W] in 0..1 on the device (decoded in chunks of 8, cached)."""
+        chunk = i // DECODE_CHUNK
+        if chunk not in self._decoded:
+            lat = self.run()[0, chunk * DECODE_CHUNK:(chunk + 1) * DECODE_CHUNK]
+            vae = self.nets.vae
+            out = vae.decode(lat / vae.config.scaling_factor, num_frames=lat.shape[0]).sample
+            for old in [k for k in self._decoded if k < chunk - 1]:
+                del self._decoded[old]  # frames are asked for in order: keep the last two chunks
+            self._decoded[chunk] = (out.float() * 0.5 + 0.5).clamp(0, 1)
+        return self._decoded[chunk][i % DECODE_CHUNK]
+
+
+class SonicFrames:
+    """uint8 frames at 25 fps (RIFE middles between the 12.5 fps frames: 2N - 1 of them)."""
+
+    def __init__(self, latents: SonicLatents):
+        self.latents = latents
+        n = latents.count
+        self.count = 2 * n - 1 if latents.settings.interpolate else n
+        self._middle: dict[int, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def frame(self, j: int) -> torch.Tensor:
+        lat = self.latents
+        if not lat.settings.interpolate:
+            return lat.frame(j)
+        if j % 2 == 0:
+            return lat.frame(j // 2)
+        a, b = lat.frame(j // 2), lat.frame(j // 2 + 1)
+        return lat.nets.ifnet(a[None], b[None])[0].clamp(0, 1)
+
+    def uint8(self, start: int, stop: int) -> np.ndarray:
+        """Frames start..stop-1 as uint8 [k, H, W, 3] (x 255, truncated, as the reference writes them)."""
+        out = [(self.frame(j) * 255).to(torch.uint8).permute(1, 2, 0).cpu().numpy() for j in range(start, stop)]
+        return np.stack(out)
+
+
+def resample_to_16k(wave: np.ndarray, rate: int) -> np.ndarray:
+    if rate == 16000:
+        return np.asarray(wave, np.float32)
+    import soxr  # librosa's default resampler (the reference loads with librosa at 16 kHz)
+
+    return soxr.resample(np.asarray(wave, np.float32), rate, 16000, quality="HQ").astype(np.float32)
+
+
+def frame_count(seconds: float, fps: float) -> int:
+    return int(math.ceil(seconds * fps - 1e-6))
