@@ -324,6 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(run)
     run.set_defaults(func=run_main_job)
 
+    serve = sub.add_parser("serve", help="live: a talking avatar answering text in real time, in a browser "
+                                         "(http://127.0.0.1:8765/) and over an HTTP/JSON API; needs the [live] extra")
+    from .pipeline.live.run import add_serve_arguments
+
+    add_serve_arguments(serve)
+    serve.set_defaults(func=_cmd_serve)
+
     batch = sub.add_parser("batch", help="many `run` jobs (JSON lines) on Ray workers; resumable")
     batch.add_argument("jobs", help="JSON-lines file, one `run` job per line (see README: Batch on Ray)")
     batch.add_argument("--out", required=True, help="output folder (videos, summary.json, shared references)")
@@ -338,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--json", action="store_true")
     batch.set_defaults(func=_cmd_batch)
     return parser
+
+
+def _cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
+    from .pipeline.live.run import serve
+
+    return serve(args)
 
 
 def _cmd_batch(args: argparse.Namespace) -> dict[str, Any]:

@@ -102,6 +102,14 @@ class Session:
                 utterance = item if isinstance(item, Utterance) else item[1]
                 self._finish(utterance, "interrupted")
 
+    def current(self, tick: Tick) -> Tick:
+        """`tick` as it should be shown now: a speech tick of an interrupted epoch (waiting in an output's queue)
+        becomes the idle tick of the same clock frame, so an interrupt also stops what the transports hold."""
+        if tick.speaking and tick.utterance is not None and tick.utterance.epoch != self.epoch:
+            silence = np.zeros(self.samples_per_frame, np.int16)
+            return Tick(tick.index, self.face.finish(self.face.idle(tick.index), tick.index), silence, False, None)
+        return tick
+
     def add_output(self, output: Callable[[Tick], None]) -> Callable[[], None]:
         """Call `output(tick)` for every tick from now on (on the clock thread: it must not block).
         Returns the function that removes it."""
