@@ -223,3 +223,54 @@ def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(live):
     for s in (sid, sid2):
         assert http(url, "DELETE", f"/sessions/{s}")[0] == 200
     assert not manager.sessions
+
+
+def test_webrtc_client_receives_video_and_speech(live):
+    """aiortc as the client: an offer (receive only) -> the server's answer -> decoded VP8/H.264 frames and Opus
+    audio; speech comes through as sound."""
+    pytest.importorskip("aiortc")
+    import asyncio
+
+    from aiortc import RTCPeerConnection, RTCSessionDescription
+
+    from digital_human.pipeline.live.client import http
+
+    url, _ = live
+    status, body = http(url, "POST", "/sessions")
+    assert status == 201
+    sid = body["id"]
+
+    async def main() -> tuple[tuple[int, int], float, float]:
+        pc = RTCPeerConnection()
+        pc.addTransceiver("video", direction="recvonly")
+        pc.addTransceiver("audio", direction="recvonly")
+        tracks: dict[str, object] = {}
+        pc.on("track", lambda track: tracks.__setitem__(track.kind, track))
+        await pc.setLocalDescription(await pc.createOffer())
+        status, answer = await asyncio.to_thread(http, url, "POST", f"/sessions/{sid}/webrtc",
+                                                 {"type": "offer", "sdp": pc.localDescription.sdp})
+        assert status == 200, answer
+        await pc.setRemoteDescription(RTCSessionDescription(**answer))
+        for _ in range(200):
+            if len(tracks) == 2:
+                break
+            await asyncio.sleep(0.05)
+        video = await asyncio.wait_for(tracks["video"].recv(), 20)
+        quiet = 0.0
+        for _ in range(5):
+            quiet = max(quiet, float(np.abs((await tracks["audio"].recv()).to_ndarray()).max()))
+        assert (await asyncio.to_thread(http, url, "POST", f"/sessions/{sid}/say", {"text": "Hi there."}))[0] == 202
+        loud, deadline = 0.0, time.perf_counter() + 40
+        while loud < 3000 and time.perf_counter() < deadline:  # s16 Opus frames: speech peaks in the thousands
+            loud = max(loud, float(np.abs((await asyncio.wait_for(tracks["audio"].recv(), 10)).to_ndarray()).max()))
+        await pc.close()
+        return (video.width, video.height), quiet, loud
+
+    try:
+        size, quiet, loud = asyncio.run(main())
+    finally:
+        http(url, "DELETE", f"/sessions/{sid}")
+    assert size == (256, 256)
+    assert quiet < 100 and loud >= 3000, (quiet, loud)
+    status, body = http(url, "POST", f"/sessions/{sid}/webrtc", {"type": "answer"})
+    assert status == 404
