@@ -100,14 +100,16 @@ def _lag_ms(mouth: np.ndarray, envelope: np.ndarray, max_lag: int = 6) -> float:
     return (k - max_lag + frac) * 1000.0 * SPF / RATE
 
 
-def test_speech_arrives_with_lips_in_sync(live):
+def test_speech_arrives_with_lips_in_sync_in_two_sessions_at_once(live):
     from digital_human.pipeline.live.client import http
 
     url, manager = live
     sid, client = _open(url)
+    sid2, client2 = _open(url)  # a second session streams at the same time (the same face and voice models)
     try:
         status, body = http(url, "POST", f"/sessions/{sid}/say", {"text": "Hello there, how are you today?"})
         assert status == 202 and body["utterance"] == 1
+        assert http(url, "POST", f"/sessions/{sid2}/say", {"text": "Good morning."})[0] == 202
         assert client.wait_for(lambda d: any(e["type"] == "speech_end" for e in d.events), 60), client.decoded.events
         assert _state_becomes(url, sid, "done", timeout=30)
         last_end = [e["t"] for e in client.decoded.events if e["type"] == "speech_end"][-1]
@@ -131,9 +133,16 @@ def test_speech_arrives_with_lips_in_sync(live):
         status, metrics = http(url, "GET", "/metrics")
         assert {"tts_first_audio", "first_frame", "first_sent", "first_packet"} <= set(metrics["stages"])
         assert metrics["stages"]["first_frame"]["p50_ms"] >= metrics["stages"]["tts_first_audio"]["p50_ms"]
+        # the other session spoke too
+        assert _state_becomes(url, sid2, "done", timeout=30)
+        end2 = [e["t"] for e in client2.decoded.events if e["type"] == "speech_end"][-1]
+        assert client2.wait_for(lambda d: d.audio[-1][0] > end2 + 0.3, 10)
+        with client2.lock:
+            assert np.abs(_audio_track(client2.decoded)).max() > 0.05 and len(client2.decoded.video) > 20
     finally:
-        client.close()
-        http(url, "DELETE", f"/sessions/{sid}")
+        for s, c in ((sid, client), (sid2, client2)):
+            c.close()
+            http(url, "DELETE", f"/sessions/{s}")
 
 
 def test_interrupt_returns_to_idle_within_200_ms(live):
@@ -148,7 +157,7 @@ def test_interrupt_returns_to_idle_within_200_ms(live):
         # let some speech arrive, then interrupt: the media time received so far is where it was cut
         assert client.wait_for(lambda d: len(d.audio) > 0 and d.audio[-1][0] > d.events[-1]["t"] + 0.4, 30)
         asked = time.perf_counter()
-        assert http(url, "POST", f"/sessions/{sid}/interrupt")[0] == 200
+        client.send({"type": "interrupt"})  # over the open websocket (POST /sessions/{id}/interrupt does the same)
         # (a host too slow for real time shows a gap mid-speech as idle too: the end after the request counts)
         after = lambda d: [e for e in d.events if e["type"] == "speech_end" and e["arrival"] >= asked]  # noqa: E731
         assert client.wait_for(lambda d: bool(after(d)), 10)
@@ -168,28 +177,6 @@ def test_interrupt_returns_to_idle_within_200_ms(live):
         http(url, "DELETE", f"/sessions/{sid}")
 
 
-def test_two_sessions_stream_at_once(live):
-    from digital_human.pipeline.live.client import http
-
-    url, _ = live
-    opened = [_open(url) for _ in range(2)]
-    try:
-        for sid, _ in opened:
-            assert http(url, "POST", f"/sessions/{sid}/say", {"text": "Good morning."})[0] == 202
-        for sid, client in opened:
-            assert client.wait_for(lambda d: any(e["type"] == "speech_end" for e in d.events), 60), sid
-            end = next(e["t"] for e in client.decoded.events if e["type"] == "speech_end")
-            assert client.wait_for(lambda d: d.audio[-1][0] > end + 0.3, 10)
-            with client.lock:
-                audio = _audio_track(client.decoded)
-                frames = len(client.decoded.video)
-            assert np.abs(audio).max() > 0.05 and frames > 20
-    finally:
-        for sid, client in opened:
-            client.close()
-            http(url, "DELETE", f"/sessions/{sid}")
-
-
 def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(live):
     from digital_human.pipeline.live.client import http
 
@@ -203,6 +190,8 @@ def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(live):
         assert status == 400 and "text is empty" in body["error"]
         status, body = http(url, "POST", f"/sessions/{sid}/say", {"text": "word " * 1000})
         assert status == 400 and "5000 characters" in body["error"] and "at most 2000" in body["error"]
+        assert http(url, "POST", f"/sessions/{sid}/interrupt")[0] == 200
+        assert http(url, "POST", "/sessions/nope/interrupt")[0] == 404
         status, body = http(url, "POST", f"/sessions/{sid}/say", b"{not json")
         assert status == 400 and "not JSON" in body["error"]
         # capacity: 3 sessions at most; the 4th is refused with what to do
@@ -274,3 +263,120 @@ def test_webrtc_client_receives_video_and_speech(live):
     assert quiet < 100 and loud >= 3000, (quiet, loud)
     status, body = http(url, "POST", f"/sessions/{sid}/webrtc", {"type": "answer"})
     assert status == 404
+
+
+def _cdp_browser(tmp_path):
+    """Headless Chromium (the Debian package) with its DevTools protocol on a free loopback port."""
+    import shutil
+    import socket
+    import subprocess
+    import urllib.request
+    import json
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([exe, "--headless", "--no-sandbox", "--disable-gpu", "--mute-audio",
+                             "--autoplay-policy=no-user-gesture-required", f"--remote-debugging-port={port}",
+                             f"--user-data-dir={tmp_path / 'chromium'}", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(150):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=1) as r:
+                pages = [t for t in json.loads(r.read()) if t["type"] == "page"]
+            if pages:
+                return proc, pages[0]["webSocketDebuggerUrl"]
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail("chromium did not open its DevTools port")
+
+
+def test_browser_page_shows_the_mouth_moving(live, tmp_path):
+    """The page at / in headless Chromium: it opens a session, plays the websocket's fragmented MP4 through Media
+    Source Extensions, we type text and press Say; requestVideoFrameCallback sees the first speaking frame (the
+    page reports it: client_shown); frames drawn from the <video> show the lips open, and the screenshot holds
+    the face where the page shows the video."""
+    import asyncio
+    import base64
+    import io
+    import json
+
+    import aiohttp
+    from PIL import Image
+
+    from digital_human.pipeline.live.client import http
+
+    url, manager = live
+    proc, ws_url = _cdp_browser(tmp_path)
+    grab = ("(() => { const v = document.getElementById('video'); if (!v.videoWidth) return null;"
+            " const c = document.createElement('canvas'); c.width = v.videoWidth; c.height = v.videoHeight;"
+            " c.getContext('2d').drawImage(v, 0, 0); return c.toDataURL('image/png'); })()")
+
+    async def main():
+        ids = iter(range(1, 10**6))
+        async with aiohttp.ClientSession() as client, client.ws_connect(ws_url, max_msg_size=0) as ws:
+            async def call(method, **params):
+                i = next(ids)
+                await ws.send_json({"id": i, "method": method, "params": params})
+                async for msg in ws:
+                    reply = json.loads(msg.data)
+                    if reply.get("id") == i:
+                        if "error" in reply:
+                            raise RuntimeError(reply["error"])
+                        return reply["result"]
+
+            async def js(expression):
+                result = await call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+                return result["result"].get("value")
+
+            async def until(expression, timeout):
+                end = time.perf_counter() + timeout
+                while time.perf_counter() < end:
+                    if await js(expression):
+                        return True
+                    await asyncio.sleep(0.05)
+                return False
+
+            def image(data_url):
+                return np.asarray(Image.open(io.BytesIO(base64.b64decode(data_url.split(",", 1)[1]))).convert("RGB"))
+
+            await call("Page.navigate", url=url + "/")
+            assert await until("window.__live && window.__live.framesShown > 5", 30), await js("JSON.stringify(window.__live)")
+            idle = image(await js(grab))
+            await js("document.getElementById('text').value = 'Hello there, how are you today?';"
+                     " document.getElementById('say').click(); true")
+            assert await until("window.__live.shown.length > 0", 60), await js("JSON.stringify(window.__live)")
+            frames = []
+            for _ in range(15):  # ~1 s of the speech as the page shows it
+                frames.append(image(await js(grab)))
+                await asyncio.sleep(0.06)
+            shot = await call("Page.captureScreenshot", format="png")
+            rect = await js("(() => { const r = document.getElementById('video').getBoundingClientRect();"
+                            " return [r.left, r.top, r.width, r.height]; })()")
+            state = await js("JSON.stringify(window.__live)")
+            return idle, frames, image("data:," + shot["data"]), rect, json.loads(state)
+
+    try:
+        idle, frames, screenshot, rect, state = asyncio.run(main())
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert not state["errors"] and state["session"], state
+    landmarks = manager.face.track.landmarks[0]
+    mouth_idle = _mouth_signal(idle[None], landmarks)[0]
+    mouth = _mouth_signal(np.stack(frames), landmarks)
+    assert mouth.max() > mouth_idle + 5.0, f"no open mouth in the page's frames: idle {mouth_idle:.1f}, {mouth.round(1)}"
+    x, y, w, h = (int(round(v)) for v in rect)
+    assert (w, h) == (256, 256)
+    shown = screenshot[y:y + h, x:x + w].astype(np.float32)
+    assert shown.std() > 20, "the screenshot shows no picture where the video is"
+    assert np.abs(shown - np.asarray(frames[-1], np.float32)).mean() < 25, "the screenshot is not the face"
+    sid = state["session"]
+    info = http(url, "GET", f"/sessions/{sid}")[1]
+    assert "client_shown" in info["utterances"][0]["stages"], info  # the page reported its first speaking frame
+    http(url, "DELETE", f"/sessions/{sid}")
