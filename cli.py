@@ -17,7 +17,8 @@ from .atomic_file import atomic_path
 
 # the main job and its helpers are library code (pipeline/), shared with `batch` and `serve`; names kept here
 from .pipeline.main_job import (HEADLESS_MAX_SPEECH_SECONDS, StageTimer, _align_frames, _animate_to,  # noqa: F401
-                                _faces_from_file, _loaded, _mouth_bank_inputs, _read_frames, _size_report, _speaker_from_clip,
+                                _faces_from_file, _loaded, _mouth_bank_inputs, _read_frames, _seconds, _size_report,
+                                _speaker_from_clip,
                                 run_job, run_main_job)
 from .pipeline.run_args import (add_common, add_face_arguments, add_max_side, add_run_arguments,  # noqa: F401
                                 parse_run_args)
