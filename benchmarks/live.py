@@ -58,7 +58,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
             "p99_ms": round(p99 * 1000, 1), "max_ms": round(float(arr.max()) * 1000, 1)}
 
 
-def realtime(args: argparse.Namespace) -> dict:
+def realtime(args: argparse.Namespace, progress=None) -> dict:
     from digital_human.pipeline.live.client import LiveClient, http
     from digital_human.pipeline.live.run import add_serve_arguments, build_live
     from digital_human.pipeline.live.server import LiveServer, RunningServer
@@ -80,6 +80,9 @@ def realtime(args: argparse.Namespace) -> dict:
     rows = []
     run_start, frame_start = time.perf_counter(), session.clock_frame
     for i, text in enumerate(texts(args.utterances)):
+        if args.deadline_s and time.perf_counter() - run_start > args.deadline_s:
+            print(f"stopped after {i} utterances: --deadline-s {args.deadline_s} reached", flush=True)
+            break
         asked = time.perf_counter()
         status, body = http(url, "POST", f"/sessions/{sid}/say", {"text": text})
         uid = body["utterance"]
@@ -105,6 +108,8 @@ def realtime(args: argparse.Namespace) -> dict:
                      **{k: round(v, 4) for k, v in utterance.times.items()},
                      "client_first_frame": None if first_shown is None else round(first_shown - asked, 4)})
         print(json.dumps(rows[-1]), flush=True)
+        if progress is not None:
+            progress(rows)
     wall = time.perf_counter() - run_start
     clock_frames = session.clock_frame - frame_start
     client.close()
@@ -167,6 +172,8 @@ def main() -> None:
     parser.add_argument("--max-side", type=int, default=512)
     parser.add_argument("--drift-minutes", type=float, default=30.0)
     parser.add_argument("--skip-realtime", action="store_true")
+    parser.add_argument("--deadline-s", type=float, default=0.0, help="stop saying new texts after this many "
+                        "seconds of the real-time part (a slow host); the report says how many were measured")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     os.environ.setdefault("DIGITAL_HUMAN_MODELS", str(REPO.parent / "models"))
@@ -177,8 +184,13 @@ def main() -> None:
               "load_avg_before": os.getloadavg()[0]}
     report["drift"] = drift(args.drift_minutes)
     print(json.dumps(report["drift"]), flush=True)
+    def save(rows):  # the rows so far, so a stopped run still leaves its figures
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({**report, "partial_rows": rows}, indent=1))
+
     if not args.skip_realtime:
-        report["realtime"] = realtime(args)
+        report["realtime"] = realtime(args, save)
     report["load_avg_after"] = os.getloadavg()[0]
     text = json.dumps(report, indent=1)
     if args.json:
