@@ -87,11 +87,9 @@ class Job:
 @lru_cache(maxsize=1)
 def _run_actions() -> dict[str, argparse.Action]:
     """`run`'s options by dest, from the command line's own parser (one source of truth)."""
-    from ..cli import build_parser
+    from ..pipeline.run_args import run_parser
 
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return {a.dest: a for a in sub.choices["run"]._actions if a.option_strings and a.dest not in NOT_JOB_OPTIONS}
+    return {a.dest: a for a in run_parser()._actions if a.option_strings and a.dest not in NOT_JOB_OPTIONS}
 
 
 def _sha256_text(text: str) -> str:
@@ -100,7 +98,7 @@ def _sha256_text(text: str) -> str:
 
 def parse_job(obj: Any, index: int, line: int, base: Path, hashes: dict[Path, str] | None = None) -> Job:
     """One job from its JSON value; problems raise ValueError naming the field and the fix."""
-    from ..cli import parse_run_args
+    from ..pipeline.run_args import parse_run_args
 
     job = Job(index=index, line=line)
     if not isinstance(obj, dict):

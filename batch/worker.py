@@ -44,7 +44,7 @@ def materialise(key: str, name: str, data: bytes | memoryview) -> Path:
 
 
 def _remember_face_tracks(module: Any, attribute: str, limit: int) -> Callable[[], dict[str, int]]:
-    """Wrap `module.attribute` (cli's face file -> aligned track step) with an LRU memo keyed by its
+    """Wrap `module.attribute` (the main job's face file -> aligned track step) with an LRU memo keyed by its
     arguments. Input files are stored under their content hash, so the same path means the same
     bytes. A video's track read for a longer speech also serves a shorter one (the output only uses
     frames up to its own length); a photo's track serves any. Returns a counter reader.
@@ -99,13 +99,13 @@ class Renderer:
     """One worker: `render` runs a job exactly as `digital-human run` would and returns the MP4 bytes."""
 
     def __init__(self, slot: int) -> None:
-        from .. import cli
         from ..media.heap import bound_heap_growth
+        from ..pipeline import main_job
 
         bound_heap_growth()  # a worker renders video after video: keep its heap flat (media/heap.py)
         self.slot = slot
         self.jobs_run = 0
-        self._face_counts = _remember_face_tracks(cli, "_faces_from_file", FACE_TRACKS_KEPT)
+        self._face_counts = _remember_face_tracks(main_job, "_faces_from_file", FACE_TRACKS_KEPT)
         self._work = Path(tempfile.mkdtemp(prefix="dh-batch-", dir=node_store("work")))
 
     def info(self) -> dict[str, Any]:
@@ -118,7 +118,8 @@ class Renderer:
 
     def fit_voice(self, job: Job, clip: bytes) -> bytes:
         """The voice fit of `job`'s clip (what `run --voice` computes) as a saved speaker (.npz bytes)."""
-        from ..cli import StageTimer, _speaker_from_clip, parse_run_args
+        from ..pipeline.main_job import StageTimer, _speaker_from_clip
+        from ..pipeline.run_args import parse_run_args
 
         voice = job.files["voice"]
         clip_path = materialise(voice.sha256, voice.name, clip)
@@ -136,7 +137,7 @@ class Renderer:
     def render(self, job: Job, speaker_key: str, speaker: bytes, face: bytes) -> dict[str, Any]:
         """Run `job` with the saved speaker `speaker` (its own .npz, or the shared voice fit stored
         under `speaker_key`) and the face file's bytes. Returns the MP4 bytes and `run`'s report."""
-        from ..cli import run_job
+        from ..pipeline.main_job import run_job
 
         started = time.perf_counter()
         own = job.files.get("speaker")

@@ -50,14 +50,14 @@ def test_cli_picks_512_for_a_large_face(crop, expected, data_dir, tmp_path, setu
 def test_a_video_without_a_face_on_its_first_frame_keeps_256(data_dir, setup_models, monkeypatch):
     from PIL import Image
 
-    from digital_human import cli
+    from digital_human.pipeline import main_job  # the main job's face step (the CLI calls it)
 
     with Image.open(data_dir / "image" / "face_03_male.jpg") as img:  # a large face: auto would pick 512
         face = np.asarray(img.convert("RGB").resize((768, 768)))
     frames = np.stack([np.zeros_like(face)] + [face] * 5)
-    monkeypatch.setattr(cli, "_read_frames", lambda *a, **k: (frames, 25.0, None))
-    faces, _, report = cli._faces_from_file(cli.StageTimer(), data_dir / "x.mp4", None, "auto", 10.0)
+    monkeypatch.setattr(main_job, "_read_frames", lambda *a, **k: (frames, 25.0, None))
+    faces, _, report = main_job._faces_from_file(main_job.StageTimer(), data_dir / "x.mp4", None, "auto", 10.0)
     assert faces.crop_size == 256 and "no face on the video's first frame" in report
-    monkeypatch.setattr(cli, "_read_frames", lambda *a, **k: (frames[1:], 25.0, None))
-    faces, _, report = cli._faces_from_file(cli.StageTimer(), data_dir / "x.mp4", None, "auto", 10.0)
+    monkeypatch.setattr(main_job, "_read_frames", lambda *a, **k: (frames[1:], 25.0, None))
+    faces, _, report = main_job._faces_from_file(main_job.StageTimer(), data_dir / "x.mp4", None, "auto", 10.0)
     assert faces.crop_size == 512 and "over 2x" in report

@@ -1,0 +1,205 @@
+"""Live mode (`digital-human serve`) measured from the client's side, and A/V drift over a long stream.
+
+    python benchmarks/live.py [--utterances 100] [--max-side 512] [--drift-minutes 30]
+                              [--json benchmarks/results/live_cpu.json]
+
+Part 1 (real time): a server on loopback (Kokoro, bundled voice; `portrait` on face_01_female at --max-side),
+one session, the websocket client of pipeline/live/client.py decoding the fragmented MP4 as it arrives.
+--utterances texts of varied length (1 word .. 3 sentences) are said one after another, each after the last
+has finished. Per utterance: the server's stage times (request -> first TTS audio / first frame / first tick
+sent / first packet) and, at the client, request -> the first decoded video frame at or after the stream's
+speech start (text to first decoded speaking frame). P50/P95/P99 per stage. Real-time keeping: the clock's
+frames per wall second over the run, and the speech frames that were late (a stall: the talking head or the
+TTS fell behind the clock, which then shows idle frames with silence - sync is kept, speech is delayed).
+Part 2 (time-compressed, no pacing): --drift-minutes of ticks through the same encoder (FMP4Encoder) with a
+click in the audio and a white frame on the same tick every 10 s, decoded by PyAV; the offset of every click
+against its frame from start to end. This measures the transport's timestamps (encoder, muxer, decoder), not
+the wall-clock pacing (which only picks when a tick is sent, never its timestamp).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bootstrap import import_pack  # noqa: E402
+
+import_pack()
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("DIGITAL_HUMAN_DATA", REPO.parent / "shared" / "data"))
+
+WORDS = ("Hello.", "Yes, of course.", "Thank you for waiting.", "The package will arrive on Monday morning.",
+         "I can help you with that. Let me check your order first.",
+         "Our store opens at nine and closes at six. On Sundays we open at ten. Is there anything else?")
+
+
+def texts(n: int) -> list[str]:
+    out = []
+    for i in range(n):
+        base = WORDS[i % len(WORDS)]
+        out.append(base if i < len(WORDS) else f"{base} Number {i}.")  # varied, never the same text twice
+    return out
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    arr = np.asarray([v for v in values if v is not None], np.float64)
+    if not len(arr):
+        return {}
+    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+    return {"n": int(len(arr)), "p50_ms": round(p50 * 1000, 1), "p95_ms": round(p95 * 1000, 1),
+            "p99_ms": round(p99 * 1000, 1), "max_ms": round(float(arr.max()) * 1000, 1)}
+
+
+def realtime(args: argparse.Namespace, progress=None) -> dict:
+    from digital_human.pipeline.live.client import LiveClient, http
+    from digital_human.pipeline.live.run import add_serve_arguments, build_live
+    from digital_human.pipeline.live.server import LiveServer, RunningServer
+
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    serve_args = parser.parse_args(["--base-voice", "auto", "--face", str(DATA / "image" / "face_01_female.jpg"),
+                                    "--max-side", str(args.max_side), "--max-sessions", "2"])
+    start = time.perf_counter()
+    manager = build_live(serve_args)
+    setup_s = time.perf_counter() - start
+    server = RunningServer(LiveServer(manager))
+    url = server.url
+    status, body = http(url, "POST", "/sessions")
+    sid = body["id"]
+    client = LiveClient(url, sid, keep_frames=False)
+    session = manager.get(sid)
+    client.wait_for(lambda d: len(d.video) > 10, 30)
+    rows = []
+    run_start, frame_start = time.perf_counter(), session.clock_frame
+    for i, text in enumerate(texts(args.utterances)):
+        if args.deadline_s and time.perf_counter() - run_start > args.deadline_s:
+            print(f"stopped after {i} utterances: --deadline-s {args.deadline_s} reached", flush=True)
+            break
+        asked = time.perf_counter()
+        status, body = http(url, "POST", f"/sessions/{sid}/say", {"text": text})
+        uid = body["utterance"]
+        utterance = session.utterances[uid]
+        end = time.perf_counter() + 120
+        while utterance.state not in ("done", "interrupted", "failed") and time.perf_counter() < end:
+            time.sleep(0.02)
+        # the stream's record of this utterance, then its first decoded frame at the client
+        client.wait_for(lambda d: any(e["type"] == "speech_end" and e["utterance"] == uid for e in d.events), 10)
+        with client.lock:
+            events = [e for e in client.decoded.events if e.get("utterance") == uid]
+        starts = [e for e in events if e["type"] == "speech_start"]
+        ends = [e for e in events if e["type"] == "speech_end"]
+        first_shown = None
+        if starts:
+            t0 = starts[0]["t"]
+            client.wait_for(lambda d: bool(d.video) and d.video[-1][0] >= t0, 10)
+            with client.lock:
+                first_shown = min((arrival for t, arrival, _ in client.decoded.video if t >= t0 - 1e-3), default=None)
+        late = sum(s["frame"] - e["frame"] for e, s in zip(ends, starts[1:]))  # idle frames inside the speech
+        rows.append({"i": i, "chars": len(text), "state": utterance.state, "audio_s": round(utterance.audio_seconds, 3),
+                     "frames": utterance.frames, "stalls": max(0, len(starts) - 1), "late_frames": int(late),
+                     **{k: round(v, 4) for k, v in utterance.times.items()},
+                     "client_first_frame": None if first_shown is None else round(first_shown - asked, 4)})
+        print(json.dumps(rows[-1]), flush=True)
+        if progress is not None:
+            progress(rows)
+    wall = time.perf_counter() - run_start
+    clock_frames = session.clock_frame - frame_start
+    client.close()
+    metrics = http(url, "GET", "/metrics")[1]
+    server.stop()
+    stages = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame")
+    speech_frames = sum(r["frames"] for r in rows)
+    return {"setup_s": round(setup_s, 2), "face": manager.face.report.splitlines()[0],
+            "utterances": len(rows), "done": sum(r["state"] == "done" for r in rows),
+            "percentiles": {s: percentiles([r.get(s) for r in rows]) for s in stages},
+            "clock_fps": round(clock_frames / wall, 2), "speech_frames": speech_frames,
+            "late_frames": sum(r["late_frames"] for r in rows),
+            "utterances_with_stalls": sum(r["stalls"] > 0 for r in rows),
+            "server_metrics": metrics, "rows": rows}
+
+
+def drift(minutes: float, size: int = 96) -> dict:
+    import av
+
+    from digital_human.pipeline.live.encode import FMP4Encoder
+
+    fps, rate, spf = 25.0, 24000, 960
+    n = int(minutes * 60 * fps)
+    every = int(10 * fps)
+    path = Path("/tmp") / f"live_drift_{os.getpid()}.mp4"
+    encoder = FMP4Encoder(size, size, fps, rate, spf, bitrate=200_000)
+    dark = np.zeros((size, size, 3), np.uint8)
+    white = np.full((size, size, 3), 255, np.uint8)
+    silence = np.zeros(spf, np.int16)
+    click = silence.copy()
+    click[:48] = 20000  # 2 ms burst at the tick's first sample
+    start = time.perf_counter()
+    with open(path, "wb") as out:
+        for k in range(n):
+            marked = k % every == every // 2
+            out.write(encoder.encode(k, white if marked else dark, click if marked else silence))
+        out.write(encoder.close())
+    encode_s = time.perf_counter() - start
+    container = av.open(str(path))
+    frames = [float(f.pts * f.time_base) for f in container.decode(video=0) if f.to_ndarray(format="gray").mean() > 128]
+    container = av.open(str(path))
+    audio = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
+    path.unlink()
+    loud = np.flatnonzero(np.abs(audio) > 0.2)
+    clicks = [loud[0]] + [b for a, b in zip(loud[:-1], loud[1:]) if b - a > rate]  # first sample of each burst
+    clicks = [c / rate for c in clicks]
+    pairs = list(zip(frames, clicks))
+    offsets = [c - f for f, c in pairs]
+    slope = float(np.polyfit([f for f, _ in pairs], offsets, 1)[0]) if len(pairs) > 2 else 0.0
+    return {"minutes": minutes, "ticks": n, "encode_s": round(encode_s, 1), "marks": len(pairs),
+            "marks_expected": n // every, "offset_first_ms": round(offsets[0] * 1000, 2),
+            "offset_last_ms": round(offsets[-1] * 1000, 2),
+            "offset_max_abs_ms": round(max(abs(o) for o in offsets) * 1000, 2),
+            "drift_ms_per_hour": round(slope * 3600 * 1000, 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--utterances", type=int, default=100)
+    parser.add_argument("--max-side", type=int, default=512)
+    parser.add_argument("--drift-minutes", type=float, default=30.0)
+    parser.add_argument("--skip-realtime", action="store_true")
+    parser.add_argument("--deadline-s", type=float, default=0.0, help="stop saying new texts after this many "
+                        "seconds of the real-time part (a slow host); the report says how many were measured")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    os.environ.setdefault("DIGITAL_HUMAN_MODELS", str(REPO.parent / "models"))
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    report = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "machine": f"{platform.node()} "
+              f"({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
+              "load_avg_before": os.getloadavg()[0]}
+    report["drift"] = drift(args.drift_minutes)
+    print(json.dumps(report["drift"]), flush=True)
+    def save(rows):  # the rows so far, so a stopped run still leaves its figures
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({**report, "partial_rows": rows}, indent=1))
+
+    if not args.skip_realtime:
+        report["realtime"] = realtime(args, save)
+    report["load_avg_after"] = os.getloadavg()[0]
+    text = json.dumps(report, indent=1)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+    print(json.dumps({k: v for k, v in report.items() if k != "realtime"}, indent=1))
+    if "realtime" in report:
+        print(json.dumps({k: v for k, v in report["realtime"].items() if k not in ("rows", "server_metrics")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
