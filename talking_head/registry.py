@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import clone, musetalk, portrait
+from . import clone, latentsync, musetalk, portrait
 from .contract import TalkingHeadModel
 from .driver import GeneratedCrops
 
 MODELS: dict[str, TalkingHeadModel] = {
     "portrait": portrait.MODEL,
     "musetalk": musetalk.MODEL,
+    "latentsync": latentsync.MODEL,
     "clone": clone.MODEL,
 }
 

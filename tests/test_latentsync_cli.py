@@ -1,0 +1,109 @@
+"""`digital-human animate --model latentsync`: refused up front (exit 2, every missing file named) without the
+user's LatentSync files, and run to an MP4 of the audio's length with a release-laid-out random-weight checkpoint
+(reduced configuration, 2 DDIM steps to keep CI fast; the mouth is noise, the command's path is real). Plus the
+strict loaders: a file that does not match its config is named with what is wrong."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from digital_human.media.probe import probe_media
+
+
+def _animate(models: Path, audio: Path, face: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run([sys.executable, "-m", "digital_human", "animate", "--audio", str(audio), "--face", str(face),
+                           "--model", "latentsync", "--out", str(out), "--json"], capture_output=True, text=True,
+                          env={**os.environ, "DIGITAL_HUMAN_MODELS": str(models),
+                               "DIGITAL_HUMAN_LATENTSYNC_STEPS": "2"}, timeout=600)
+    lines = proc.stdout.strip().splitlines()
+    return proc, (json.loads(lines[-1]) if lines else {})
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    pytest.importorskip("diffusers", reason="LatentSync is an optional extra: pip install .[latentsync]")
+    pytest.importorskip("yaml", reason="LatentSync is an optional extra: pip install .[latentsync]")
+    from digital_human.engines.latentsync.random_release import write_release
+
+    root = tmp_path_factory.mktemp("ls_models")
+    write_release(root, "reduced", seed=0)
+    return root
+
+
+def _models_with(tmp_path: Path, release: Path | None) -> Path:
+    """The setup step's face models, plus (or without) the LatentSync random-weight release."""
+    from digital_human.paths import models_root
+
+    root = tmp_path / "models"
+    root.mkdir()
+    (root / "face").symlink_to(models_root() / "face", target_is_directory=True)
+    if release is not None:
+        (root / "latentsync").symlink_to(release / "latentsync", target_is_directory=True)
+    return root
+
+
+def test_without_the_files_animate_stops_before_any_work(tmp_path, data_dir, setup_models):
+    out = tmp_path / "results" / "talk.mp4"
+    proc, report = _animate(_models_with(tmp_path, None), data_dir / "audio" / "spk_en_03.wav",
+                            data_dir / "image" / "face_01_female.jpg", out)
+    assert proc.returncode == 2 and report["ok"] is False, (proc.returncode, proc.stderr[-2000:])
+    for name in ("--model latentsync", "latentsync_unet.pt", "whisper/tiny.pt", "configs/unet/stage2_512.yaml",
+                 "stage2.yaml", "latentsync/utils/mask.png", "sd-vae-ft-mse/config.json",
+                 "sd-vae-ft-mse/diffusion_pytorch_model.safetensors", "nothing is downloaded"):
+        assert name in report["error"], (name, report["error"])
+    assert "Traceback" not in proc.stderr and not (tmp_path / "results").exists()
+
+
+def test_with_a_release_laid_out_checkpoint_animate_makes_an_mp4(tmp_path, data_dir, setup_models, release):
+    import soundfile as sf
+
+    wave, rate = sf.read(data_dir / "audio" / "spk_en_03.wav", dtype="float32")
+    speech = tmp_path / "speech.wav"
+    sf.write(speech, wave[: int(0.6 * rate)], rate)  # 0.6 s: 18 frames of the 30-fps video = two 16-frame windows
+    out = tmp_path / "talk.mp4"
+    video = data_dir / "video" / "talk_en_male_01a.mp4"
+    proc, report = _animate(_models_with(tmp_path, release), speech, video, out)
+    assert proc.returncode == 0 and report["ok"] is True, (proc.returncode, proc.stderr[-3000:])
+    assert "latentsync" in json.dumps(report["backend"]).lower(), report["backend"]
+    probe = probe_media(out)
+    fps = probe_media(video).frame_count / probe_media(video).video_duration
+    assert probe.frame_count == round(0.6 * fps) == 18 and abs(probe.audio_duration - 0.6) < 0.05, probe
+
+
+def test_strict_loader_names_what_does_not_match(tmp_path, release):
+    import shutil
+
+    import torch
+
+    from digital_human.engines.latentsync.files import LatentSyncWeightsError, locate
+    from digital_human.engines.latentsync.pipeline import load_unet, read_unet_config
+    from digital_human.engines.latentsync.audio import load_whisper
+
+    root = tmp_path / "m"
+    shutil.copytree(release / "latentsync", root / "latentsync")
+    files = locate(root)
+    cfg = read_unet_config(files.unet_config)
+    ckpt = torch.load(files.unet_weights, weights_only=True)
+    assert set(ckpt) == {"global_step", "state_dict"}
+    load_unet(files, cfg)  # the written release loads strictly
+    state = ckpt["state_dict"]
+    dropped = "up_blocks.1.motion_modules.0.temporal_transformer.transformer_blocks.0.attention_blocks.1.pos_encoder.pe"
+    assert dropped in state
+    del state[dropped]
+    state["conv_in.weight"] = state["conv_in.weight"][:, :9]  # a 9-channel (stage 1) input layer
+    torch.save(ckpt, files.unet_weights)
+    with pytest.raises(LatentSyncWeightsError) as err:
+        load_unet(files, cfg)
+    msg = str(err.value)
+    assert dropped in msg and "conv_in.weight" in msg and "missing" in msg and "shape" in msg, msg
+
+    tiny = torch.load(files.whisper, weights_only=True)
+    tiny["model_state_dict"]["encoder.blocks.1.mlp.0.weight"] = torch.zeros(3, 3)
+    torch.save(tiny, files.whisper)
+    with pytest.raises(LatentSyncWeightsError, match="encoder.blocks.1.mlp.0.weight|blocks.1.mlp.0.weight"):
+        load_whisper(files.whisper)
