@@ -1,7 +1,8 @@
 """`digital-human animate --model latentsync`: refused up front (exit 2, every missing file named) without the
 user's LatentSync files, and run to an MP4 of the audio's length with a release-laid-out random-weight checkpoint
 (reduced configuration, 2 DDIM steps to keep CI fast; the mouth is noise, the command's path is real). Plus the
-strict loaders: a file that does not match its config is named with what is wrong."""
+strict loaders: a file that does not match its config is named with what is wrong; and stage-by-stage parity
+with the reference code's outputs, committed as a fixture."""
 from __future__ import annotations
 
 import json
@@ -107,3 +108,37 @@ def test_strict_loader_names_what_does_not_match(tmp_path, release):
     torch.save(tiny, files.whisper)
     with pytest.raises(LatentSyncWeightsError, match="encoder.blocks.1.mlp.0.weight|blocks.1.mlp.0.weight"):
         load_whisper(files.whisper)
+
+
+def _parity_module():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "latentsync_parity.py"
+    spec = importlib.util.spec_from_file_location("latentsync_parity", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_stage_matches_the_reference_fixture(release):
+    """The committed fixture holds the reference's own outputs (bytedance/LatentSync's LipsyncPipeline end to end,
+    FP32 CPU, benchmarks/latentsync_parity.py) on the same random-weight release (reduced, seed 0) and inputs: the
+    whisper features, UNet forward, LatentSync's affines and face crops, the denoised faces (3 DDIM steps, CFG 1.5,
+    the same generator) and the restored frames."""
+    import numpy as np
+
+    fx = dict(np.load(Path(__file__).parent / "fixtures" / "latentsync" / "reduced.npz"))
+    parity = _parity_module()
+    n_ref = int(fx["ref_chunks_n"])
+    ours = parity.run_pack(release, {"frames": fx["frames"], "points": fx["points"], "wave": fx["wave"],
+                                     "unet_in": fx["unet_in"]}, n_ref, int(fx["steps"]), 1.5)
+    ref_frames = (fx["frames"][:n_ref].astype(np.int16) + fx["ref_frames_delta"]).astype(np.uint8)
+    assert np.abs(ours["features"] - fx["ref_features"]).max() < 1e-5
+    assert np.abs(ours["unet_out"] - fx["ref_unet_out"]).max() < 2e-3 * np.abs(fx["ref_unet_out"]).max()
+    assert np.abs(ours["affines"] - fx["ref_affines"]).max() < 1e-4
+    face_diff = np.abs(ours["faces"].astype(int) - fx["ref_faces"].astype(int))
+    assert face_diff.max() <= 1 and face_diff.mean() < 0.02  # float warp truncated to uint8 as the reference
+    assert np.abs(ours["synced"] - fx["ref_synced"].astype(np.float32)).max() < 0.06
+    frame_diff = np.abs(ours["frames"].astype(int) - ref_frames.astype(int))
+    assert frame_diff.max() <= 6 and frame_diff.mean() < 0.1, (frame_diff.max(), frame_diff.mean())
+    assert (ref_frames != fx["frames"][:n_ref]).any()  # the fixture's frames were really changed by the model
