@@ -111,13 +111,10 @@ class _Renderer:
         """(paste weight float32 [S, S], support bool [S, S]) of reference frame r (a function of its affine only)."""
         hit = self._masks.get(r)
         if hit is None:
-            import torch
+            from .geometry import paste_weight
 
-            from .geometry import restore
-
-            blank = np.zeros((self.size, self.size, 3), np.uint8)
-            _, face, soft = restore(blank, torch.zeros(3, self.res, self.res), self.crop_affine(r), self.res)
-            hit = self._masks[r] = (soft, face > 0)  # zeros face -> 127 inside the support, 0 outside
+            soft, support = paste_weight(self.crop_affine(r), (self.size, self.size), self.res)
+            hit = self._masks[r] = (soft, (support > 0)[..., None])
             while len(self._masks) > 256:
                 self._masks.popitem(last=False)
         return hit
@@ -159,7 +156,7 @@ class _Renderer:
         crops = []
         for j, r in enumerate(refs):
             base = np.asarray(self.track.crops[r], np.uint8)
-            _, face, _ = restore(base, out[j], self.crop_affine(r), self.res)
+            _, face, _, _ = restore(base, out[j], self.crop_affine(r), self.res)
             _, support = self._support(r)
             crops.append(np.where(support, face, base))
         t3 = time.perf_counter()

@@ -110,13 +110,31 @@ def face_crop(image: np.ndarray, m: np.ndarray, resolution: int) -> np.ndarray:
     return cv2.resize(box, (resolution, resolution), interpolation=cv2.INTER_LANCZOS4)
 
 
-def restore(image: np.ndarray, face: torch.Tensor, m: np.ndarray, resolution: int
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The reference's restore_img of a generated face (3, res, res) in [-1, 1] into `image` (H, W, 3) uint8 whose
-    pixels map to the face box by `m`. Returns (the blended image uint8 as the reference returns it, the face warped
-    into the image (uint8; where `support` > 0), the paste weight float32 (H, W))."""
+def paste_weight(m: np.ndarray, size: tuple[int, int], resolution: int) -> tuple[np.ndarray, np.ndarray]:
+    """(paste weight, support) float32 (h, w) of the face box warped back by the inverse of `m` (restore_img's
+    masks: the box eroded 2 px = support; eroded by 2 w_edge more and Gaussian-blurred = the weight)."""
     import cv2
 
+    _, (bw, bh) = template_for(resolution)
+    m3 = np.eye(3)
+    m3[:2] = np.asarray(m, np.float64)
+    inv = np.linalg.inv(m3)[:2]
+    inv_mask = warp_affine(torch.ones(1, 1, bh, bw), inv, size, None)[0, 0].numpy()
+    support = cv2.erode(inv_mask, np.ones((2, 2), np.uint8))
+    w_edge = int(float(support.sum()) ** 0.5) // 20
+    centre = cv2.erode(support, np.ones((max(1, w_edge * 2),) * 2, np.uint8))
+    k = w_edge * 2 + 1
+    sigma = 0.3 * ((k - 1) * 0.5 - 1) + 0.8
+    soft = cv2.GaussianBlur(centre, (k, k), sigma, borderType=cv2.BORDER_REFLECT_101) if k > 1 else centre
+    return soft.astype(np.float32), support
+
+
+def restore(image: np.ndarray, face: torch.Tensor, m: np.ndarray, resolution: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The reference's restore_img of a generated face (3, res, res) in [-1, 1] into `image` (H, W, 3) uint8 whose
+    pixels map to the face box by `m`. Returns (the blended image uint8 as the reference returns it, the face warped
+    into the image (uint8; meaningful where the support is > 0), the paste weight float32 (H, W), the support: the
+    warped box eroded by 2 px, float32 (H, W), outside which the paste weight is 0)."""
     _, (bw, bh) = template_for(resolution)
     h, w = image.shape[:2]
     face = face.float()[None]
@@ -126,16 +144,9 @@ def restore(image: np.ndarray, face: torch.Tensor, m: np.ndarray, resolution: in
     inv = np.linalg.inv(m3)[:2]
     inv_face = warp_affine(face, inv, (h, w), 127.0)[0]
     inv_face = (inv_face / 2 + 0.5).clamp(0, 1) * 255
-    inv_mask = warp_affine(torch.ones(1, 1, bh, bw), inv, (h, w), None)[0, 0].numpy()
-    support = cv2.erode(inv_mask, np.ones((2, 2), np.uint8))
-    w_edge = int(float(support.sum()) ** 0.5) // 20
-    centre = cv2.erode(support, np.ones((max(1, w_edge * 2),) * 2, np.uint8))
-    k = w_edge * 2 + 1
-    sigma = 0.3 * ((k - 1) * 0.5 - 1) + 0.8
-    soft = cv2.GaussianBlur(centre, (k, k), sigma, borderType=cv2.BORDER_REFLECT_101) if k > 1 else centre
-    soft = soft.astype(np.float32)
+    soft, support = paste_weight(m, (h, w), resolution)
     pasted = torch.from_numpy(support)[None] * inv_face
     img = torch.from_numpy(np.array(image, np.float32)).permute(2, 0, 1)
     st = torch.from_numpy(soft)[None]
     back = (st * pasted + (1 - st) * img).permute(1, 2, 0).to(torch.uint8).numpy()
-    return back, inv_face.permute(1, 2, 0).to(torch.uint8).numpy(), soft
+    return back, inv_face.permute(1, 2, 0).to(torch.uint8).numpy(), soft, support
