@@ -142,3 +142,24 @@ def test_every_stage_matches_the_reference_fixture(release):
     frame_diff = np.abs(ours["frames"].astype(int) - ref_frames.astype(int))
     assert frame_diff.max() <= 6 and frame_diff.mean() < 0.1, (frame_diff.max(), frame_diff.mean())
     assert (ref_frames != fx["frames"][:n_ref]).any()  # the fixture's frames were really changed by the model
+
+
+def test_deep_cache_reuse_on_the_same_input_gives_the_full_output():
+    """The faster mode's cheap step (conv_in, first down block, last up block on the kept feature) is wired to the
+    right skips: on the input that filled the cache it reproduces the full UNet's output."""
+    pytest.importorskip("diffusers", reason="LatentSync is an optional extra: pip install .[latentsync]")
+    import torch
+
+    from digital_human.engines.latentsync.random_release import UNET_MODEL_REDUCED
+    from digital_human.engines.latentsync.unet import LatentSyncUNet
+
+    torch.manual_seed(0)
+    net = LatentSyncUNet(UNET_MODEL_REDUCED).eval()
+    x, audio = torch.randn(2, 13, 4, 8, 8), torch.randn(8, 30, 384)
+    cache: dict = {}
+    with torch.no_grad():
+        full = net(x, torch.tensor(501), audio, uncond_rows=1, deep_cache=cache)
+        cheap = net(x, torch.tensor(501), audio, uncond_rows=1, deep_cache=cache, reuse=True)
+        other = net(x + 0.5, torch.tensor(501), audio, uncond_rows=1, deep_cache=cache, reuse=True)
+    assert torch.allclose(full, cheap, atol=1e-5)
+    assert not torch.allclose(full, other, atol=1e-3)  # the cheap step still reads its own input

@@ -142,8 +142,13 @@ def make_scheduler():
 class LatentSyncPipeline:
     """Denoises windows of aligned faces (module doc). Draws from `generator` in the reference's order."""
 
-    def __init__(self, net: Networks, steps: int = STEPS, guidance: float = GUIDANCE):
+    def __init__(self, net: Networks, steps: int = STEPS, guidance: float = GUIDANCE, cache_interval: int = 0):
+        """cache_interval: 0/1 = exact (the reference's pipeline as called by default); n > 1 = the optional
+        DeepCache-style faster mode: a full UNet every n-th step, the steps between reuse the feature entering the
+        last up block (the reference's inference.sh enables DeepCache with interval 3, branch 0; this is the same
+        idea written for this UNet, not the DeepCache package). Changes the frames: see benchmarks/RESULTS.md."""
         self.net, self.steps, self.guidance = net, int(steps), float(guidance)
+        self.cache_interval = int(cache_interval)
         self.scheduler = make_scheduler()
         self.scheduler.set_timesteps(self.steps, device=net.device)
         self.timesteps = self.scheduler.timesteps
@@ -206,10 +211,13 @@ class LatentSyncPipeline:
         if cfg:
             audio = torch.cat([torch.zeros_like(audio), audio])
         latents = noise.to(device=dev, dtype=dt).expand(-1, -1, f, -1, -1).contiguous()
+        cache: dict | None = {} if self.cache_interval > 1 else None
         for k, t in enumerate(self.timesteps):
             x = torch.cat([latents] * rows) if cfg else latents
             x = torch.cat([self.scheduler.scale_model_input(x, t), cond], dim=1)
-            pred = net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=self._time_emb(k, t, rows))
+            reuse = cache is not None and k % self.cache_interval != 0
+            pred = net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=self._time_emb(k, t, rows),
+                            deep_cache=cache, reuse=reuse)
             if cfg:
                 uncond, text = pred.chunk(2)
                 pred = uncond + self.guidance * (text - uncond)

@@ -321,9 +321,12 @@ class LatentSyncUNet(nn.Module):
 
     def forward(self, sample: torch.Tensor, timestep: torch.Tensor | float | int,
                 encoder_hidden_states: torch.Tensor | None = None, uncond_rows: int = 0,
-                emb: torch.Tensor | None = None) -> torch.Tensor:
+                emb: torch.Tensor | None = None, deep_cache: dict | None = None, reuse: bool = False) -> torch.Tensor:
         """sample (b, 13, f, h, w); encoder_hidden_states (b*f, 50, 384) audio windows (frames of batch row 0
-        first); uncond_rows: the first n batch rows have all-zero audio (their cross-attention is a constant)."""
+        first); uncond_rows: the first n batch rows have all-zero audio (their cross-attention is a constant).
+        deep_cache: a dict that keeps the feature entering the last up block (DeepCache's branch 0); reuse: run
+        only conv_in, the first down block and the last up block on that kept feature (an approximation: the
+        optional faster mode, pipeline.py)."""
         if emb is None:
             t = timestep if torch.is_tensor(timestep) else torch.tensor([timestep], device=sample.device)
             emb = self.time_embed(t.to(sample.device), sample.shape[0], sample.dtype)
@@ -332,6 +335,17 @@ class LatentSyncUNet(nn.Module):
         odd = any(s % 2 ** (len(self.up_blocks) - 1) for s in sample.shape[-2:])
         x = self.conv_in(sample)
         skips = [x]
+        if reuse:
+            if deep_cache is None or "x" not in deep_cache:
+                raise ValueError("reuse=True needs a deep_cache filled by a full step")
+            for resnet, attn, motion in self.down_blocks[0].layers():
+                x = resnet(x, emb)
+                if attn is not None:
+                    x = attn(x, ctx, uncond_rows)
+                if motion is not None:
+                    x = motion(x)
+                skips.append(x)
+            return self._up(self.up_blocks[-1], deep_cache["x"], skips, emb, ctx, uncond_rows, odd)
         for stage in self.down_blocks:
             for resnet, attn, motion in stage.layers():
                 x = resnet(x, emb)
@@ -350,16 +364,29 @@ class LatentSyncUNet(nn.Module):
             if mid.motion_modules is not None:
                 x = mid.motion_modules[k](x)
             x = resnet(x, emb)
-        for stage in self.up_blocks:
-            for resnet, attn, motion in stage.layers():
-                x = resnet(torch.cat([x, skips.pop()], dim=1), emb)
-                if attn is not None:
-                    x = attn(x, ctx, uncond_rows)
-                if motion is not None:
-                    x = motion(x)
-            if hasattr(stage, "upsamplers"):
-                size = skips[-1].shape[2:] if odd else None
-                x = stage.upsamplers[0](x, size)
+        for stage in self.up_blocks[:-1]:
+            x = self._up_stage(stage, x, skips, emb, ctx, uncond_rows, odd)
+        if deep_cache is not None:
+            deep_cache["x"] = x
+        return self._up(self.up_blocks[-1], x, skips, emb, ctx, uncond_rows, odd)
+
+    def _up_stage(self, stage: Stage, x: torch.Tensor, skips: list, emb: torch.Tensor, ctx: torch.Tensor | None,
+                  uncond_rows: int, odd: bool) -> torch.Tensor:
+        for resnet, attn, motion in stage.layers():
+            x = resnet(torch.cat([x, skips.pop()], dim=1), emb)
+            if attn is not None:
+                x = attn(x, ctx, uncond_rows)
+            if motion is not None:
+                x = motion(x)
+        if hasattr(stage, "upsamplers"):
+            size = skips[-1].shape[2:] if odd else None
+            x = stage.upsamplers[0](x, size)
+        return x
+
+    def _up(self, stage: Stage, x: torch.Tensor, skips: list, emb: torch.Tensor, ctx: torch.Tensor | None,
+            uncond_rows: int, odd: bool) -> torch.Tensor:
+        """The last up block and the output head."""
+        x = self._up_stage(stage, x, skips, emb, ctx, uncond_rows, odd)
         return self.conv_out(F.silu(self.conv_norm_out(x)))
 
 

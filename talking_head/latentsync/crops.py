@@ -34,6 +34,7 @@ BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 STEPS_ENV = "DIGITAL_HUMAN_LATENTSYNC_STEPS"      # inference_steps (reference: 20; its README: 20-50)
 GUIDANCE_ENV = "DIGITAL_HUMAN_LATENTSYNC_GUIDANCE"  # guidance_scale (reference: 1.5; its README: 1.0-3.0)
+CACHE_ENV = "DIGITAL_HUMAN_LATENTSYNC_DEEPCACHE"    # 0 = exact; n > 1: the DeepCache-style faster mode (pipeline.py)
 
 
 def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
@@ -194,6 +195,7 @@ def latentsync_crops(track, audio: np.ndarray, sample_rate: int, fps: float | No
     wave = validate_audio(audio, sample_rate, max_audio_seconds)
     steps = int(steps if steps is not None else _env_number(STEPS_ENV, STEPS, 1, 200))
     guidance = float(guidance if guidance is not None else _env_number(GUIDANCE_ENV, GUIDANCE, 1.0, 10.0))
+    cache_interval = int(_env_number(CACHE_ENV, 0, 0, 10))
     device, prec, notes = resolve_runtime(backend, precision)
     net = cached_networks(device, prec, models_root)
     timings["load"] = time.perf_counter() - t0
@@ -205,9 +207,10 @@ def latentsync_crops(track, audio: np.ndarray, sample_rate: int, fps: float | No
     features = whisper_features(net.whisper, resample_16k(wave, int(sample_rate)))
     timings["audio"] = time.perf_counter() - t1
 
+    mode = f", DeepCache-style faster mode (interval {cache_interval}; not the exact frames)" if cache_interval > 1 else ""
     warnings = list(notes) + [f"LatentSync {net.files.version} at {net.resolution}x{net.resolution}, {steps} DDIM steps, "
-                              f"guidance {guidance:g}, seed {seed}"] + reference_warnings(track, idx, n_out, fps, loop_mode)
-    pipe = LatentSyncPipeline(net, steps=steps, guidance=guidance)
+                              f"guidance {guidance:g}, seed {seed}{mode}"] + reference_warnings(track, idx, n_out, fps, loop_mode)
+    pipe = LatentSyncPipeline(net, steps=steps, guidance=guidance, cache_interval=cache_interval)
     renderer = _Renderer(pipe, track, idx, features, fps, seed, should_stop, timings)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,
