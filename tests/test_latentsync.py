@@ -163,3 +163,29 @@ def test_deep_cache_reuse_on_the_same_input_gives_the_full_output():
         other = net(x + 0.5, torch.tensor(501), audio, uncond_rows=1, deep_cache=cache, reuse=True)
     assert torch.allclose(full, cheap, atol=1e-5)
     assert not torch.allclose(full, other, atol=1e-3)  # the cheap step still reads its own input
+
+
+def test_unet_step_exports_to_onnx_with_a_dynamic_frame_axis(tmp_path):
+    """The engine layer's graph (engines/latentsync/export.py) computes the torch UNet step on ONNX Runtime (CPU),
+    for a full 16-frame window and a shorter last one, at reduced size."""
+    pytest.importorskip("diffusers", reason="LatentSync is an optional extra: pip install .[latentsync]")
+    pytest.importorskip("onnxruntime")
+    import numpy as np
+    import torch
+
+    from digital_human.engines.latentsync.export import example_inputs, export_unet, unet_spec, unet_step_module
+    from digital_human.engines.latentsync.random_release import UNET_MODEL_REDUCED
+    from digital_human.engines.latentsync.unet import LatentSyncUNet
+    from digital_human.engines.onnx_export import parity
+
+    torch.manual_seed(0)
+    net = LatentSyncUNet(UNET_MODEL_REDUCED).eval()
+    path = export_unet(net, tmp_path / "unet.onnx", latent=8, window=30)
+    for frames in (16, 3):
+        inputs = example_inputs(8, frames, 30, seed=frames)
+        with torch.no_grad():
+            scale = float(np.abs(net(*[torch.from_numpy(a) for a in inputs], uncond_rows=1).numpy()).max())
+        report = parity(unet_step_module(net), path, inputs)
+        assert report.max_abs_diff < 1e-3 * max(scale, 1.0), (frames, report, scale)
+    spec = unet_spec(path, latent=8)
+    assert spec.profiles["sample"].min[2] == 1 and spec.profiles["sample"].max[2] == 16
