@@ -3,8 +3,8 @@ lip-sync of a face crop, as a talking-head model.
 
 Engine side: the release's files (files.py; users place them, nothing is downloaded), the UNet3D
 (unet.py: AnimateDiff-style, written from its config), whisper tiny features (audio.py), the
-denoising of a window of frames (pipeline.py) and the random-weight release writer for tests
-(random_release.py). The talking-head side (LatentSync's affine-to-template crop from FaceAlign's mesh,
+denoising of a window of frames (pipeline.py), the ONNX graph of the UNet step (export.py) and the
+random-weight release writer for tests (random_release.py). The talking-head side (LatentSync's affine-to-template crop from FaceAlign's mesh,
 the restore mask, the renderer) is talking_head/latentsync/. Proven against the reference code with
 random weights (benchmarks/latentsync_parity.py, tests/test_latentsync.py).
 """
