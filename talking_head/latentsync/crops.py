@@ -116,7 +116,7 @@ class _Renderer:
 
             soft, support = paste_weight(self.crop_affine(r), (self.size, self.size), self.res)
             hit = self._masks[r] = (soft, (support > 0)[..., None])
-            while len(self._masks) > 256:
+            while len(self._masks) > 64:  # S x S x 5 bytes each: 84 MB at a 512 crop
                 self._masks.popitem(last=False)
         return hit
 
