@@ -79,8 +79,8 @@ class TRT_TalkingHead:
                    "models/digital_human/musetalk/ (MIT code, weights released for commercial use; sd-vae-ft-mse "
                    "and whisper-tiny MIT); 'latentsync' runs LatentSync 1.6 (512x512; or 1.5 at 256x256 for small "
                    "cards) from the release's files placed in models/digital_human/latentsync/ (Apache-2.0 code; "
-                   "weights under the CreativeML Open RAIL++-M licence its model card names: use restrictions apply "
-                   "and must be passed on; diffusion, 20 steps per 16-frame window: slow, best quality). "
+                   "weights under the licence on their Hugging Face model card, reported as CreativeML Open RAIL++-M: "
+                   "use restrictions apply - read the card; diffusion, 20 steps per 16-frame window: slow, best quality). "
                    "Video references are looped / ping-ponged / held to cover the audio; only the lower face changes, "
                    "except that a photo also blinks and moves its head a little (idle_motion).")
 

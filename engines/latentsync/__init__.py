@@ -1,4 +1,4 @@
-"""LatentSync 1.6 / 1.5 (ByteDance; Apache-2.0 code, openrail++ weights): audio-conditioned latent diffusion
+"""LatentSync 1.6 / 1.5 (ByteDance; Apache-2.0 code; weights: their model card's licence): audio-conditioned latent diffusion
 lip-sync of a face crop, as a talking-head model.
 
 Engine side: the release's files (files.py; users place them, nothing is downloaded), the UNet3D

@@ -18,10 +18,11 @@ names another file of configs/unet/ (e.g. `stage2` for 1.5).
 
 Nothing is downloaded. Weights are read with safetensors when that file exists, else with
 torch.load(weights_only=True) (no pickled code runs); every key and shape is checked.
-LICENCE: LatentSync's code is Apache-2.0 (github.com/bytedance/LatentSync/LICENSE); its Hugging Face model
-cards (ByteDance/LatentSync-1.5, -1.6) state `license: openrail++` (CreativeML Open RAIL++-M: use allowed,
-commercial included, under its use restrictions, which must be passed on); sd-vae-ft-mse is MIT;
-whisper-tiny is MIT.
+LICENCE: LatentSync's code is Apache-2.0 (github.com/bytedance/LatentSync/LICENSE; the repository states no
+other licence). The weights' licence is the one on their Hugging Face model cards (ByteDance/LatentSync-1.5,
+-1.6), reported as `openrail++` (CreativeML Open RAIL++-M: use allowed, commercial included, under use-based
+restrictions that must be passed on); the cards could not be read from here, so users are told to read them.
+sd-vae-ft-mse is MIT; whisper-tiny is MIT.
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-LICENCE_NOTE = ("LatentSync 1.6/1.5 (ByteDance; Apache-2.0 code, weights under the CreativeML Open RAIL++-M "
-                "licence its model card names: use restrictions apply and must be passed on), sd-vae-ft-mse (MIT), "
-                "whisper tiny (MIT); place the files yourself, nothing is downloaded")
+LICENCE_NOTE = ("LatentSync 1.6/1.5 (ByteDance; Apache-2.0 code; weights under the licence on their Hugging Face "
+                "model card, reported as CreativeML Open RAIL++-M: use restrictions apply - read the card), "
+                "sd-vae-ft-mse (MIT), whisper tiny (MIT); place the files yourself, nothing is downloaded")
 FOLDER = "latentsync"
 CONFIG_ENV = "DIGITAL_HUMAN_LATENTSYNC_CONFIG"
 

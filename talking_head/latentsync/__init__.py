@@ -1,6 +1,6 @@
 """`latentsync`: LatentSync 1.6 (512x512) or 1.5 (256x256) (ByteDance; Apache-2.0 code, weights under the
-CreativeML Open RAIL++-M licence its model cards name) on the user's own release files: audio-conditioned
-latent diffusion that redraws the mouth region of LatentSync's template-aligned face crop over windows of 16
+licence on their Hugging Face model card, reported as CreativeML Open RAIL++-M) on the user's own release files:
+audio-conditioned latent diffusion that redraws the mouth region of LatentSync's template-aligned face crop over windows of 16
 frames. The networks and their files are in engines/latentsync; this folder is the talking-head side
 (LatentSync's crop geometry from FaceAlign's mesh, restore mask, the windowed renderer)."""
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _problem(model: str) -> str | None:
 MODEL = TalkingHeadModel(
     name="latentsync",
     summary="LatentSync 1.6 (512x512) / 1.5 (256x256) from the release files you placed (Apache-2.0 code; weights "
-            "CreativeML Open RAIL++-M: use restrictions apply)",
+            "under their model card's licence, reported as CreativeML Open RAIL++-M: read it)",
     needs="the LatentSync release under models/digital_human/latentsync/ (latentsync_unet.pt, whisper/tiny.pt, "
           "configs/unet/stage2_512.yaml or stage2.yaml, latentsync/utils/mask.png, sd-vae-ft-mse/) and "
           "`pip install .[latentsync]`",
