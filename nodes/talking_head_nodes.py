@@ -114,6 +114,10 @@ class TRT_TalkingHead:
                    "models/digital_human/sonic/ and moves the whole head: NON-COMMERCIAL - Sonic's weights are "
                    "CC BY-NC-SA 4.0 and Stable Video Diffusion img2vid-xt's are under Stability AI's non-commercial "
                    "community licence; its frames are its own face crop (paste_back puts them into the photo). "
+                   "'latentsync' runs LatentSync 1.6 (512x512; or 1.5 at 256x256 for small "
+                   "cards) from the release's files placed in models/digital_human/latentsync/ (Apache-2.0 code; "
+                   "weights under the licence on their Hugging Face model card, reported as CreativeML Open RAIL++-M: "
+                   "use restrictions apply - read the card; diffusion, 20 steps per 16-frame window: slow, best quality). "
                    "Video references are looped / ping-ponged / held to cover the audio; only the lower face changes, "
                    "except that a photo also blinks and moves its head a little (idle_motion).")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import clone, musetalk, portrait, sonic, wav2lip
+from . import clone, latentsync, musetalk, portrait, sonic, wav2lip
 from .contract import TalkingHeadModel
 from .driver import GeneratedCrops, GeneratedFrames
 
@@ -15,6 +15,7 @@ MODELS: dict[str, TalkingHeadModel] = {
     "clone": clone.MODEL,
     "wav2lip": wav2lip.MODEL,
     "sonic": sonic.MODEL,
+    "latentsync": latentsync.MODEL,
 }
 
 

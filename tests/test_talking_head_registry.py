@@ -11,7 +11,7 @@ from digital_human.talking_head.registry import (MODELS, UnknownModelError, gene
 
 
 def test_every_entry_meets_the_contract():
-    assert set(MODELS) == {"portrait", "musetalk", "clone", "wav2lip", "sonic"}
+    assert set(MODELS) == {"portrait", "musetalk", "clone", "wav2lip", "sonic", "latentsync"}
     for key, entry in MODELS.items():
         assert isinstance(entry, TalkingHeadModel) and entry.name == key
         assert entry.summary and entry.speech_features and entry.crop_size and callable(entry.generate)
@@ -26,7 +26,7 @@ def test_resolve_names_the_entry_and_the_avatar(model, name, avatar):
 
 @pytest.mark.parametrize("model", ["clone", "portrait:anna", "wav2lip:anna", "sadtalker", ""])
 def test_resolve_refuses_what_is_not_a_model(model):
-    with pytest.raises(UnknownModelError, match="'portrait' or 'musetalk' or 'clone:<avatar name>' or 'wav2lip' or 'sonic'"):
+    with pytest.raises(UnknownModelError, match="'portrait' or 'musetalk' or 'clone:<avatar name>' or 'wav2lip' or 'sonic' or 'latentsync'"):
         resolve(model)
 
 

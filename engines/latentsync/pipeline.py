@@ -1,0 +1,228 @@
+"""LatentSync inference on aligned faces: the release's networks (strict loaders) and the denoising of one
+window of frames, step for step as the reference's LipsyncPipeline.__call__:
+
+- one initial noise (1, 4, 1, h/8, w/8) for the whole video, repeated over its frames (prepare_latents);
+- per window of `num_frames` (16) faces: pixel values (x / 255 - 0.5) / 0.5; the masked image = pixels x the fixed
+  mask (mask.png, Lanczos-resized); mask latents = the mask's first channel, nearest-resized to the latent grid;
+  masked-image and reference latents = VAE posterior *samples* (in that order, from the same generator) x 0.18215;
+- DDIM (the repository's scheduler_config.json: scaled-linear betas 0.00085-0.012, 1000 steps, steps_offset 1,
+  no clipping, set_alpha_to_one False), 20 steps, eta 0; classifier-free guidance 1.5 with the unconditional
+  half on all-zero audio (its cross-attention is a constant: unet.py); UNet input = [latents, mask, masked, ref];
+- decode latents / 0.18215; keep the reference pixels where the mask is 1 (paste_surrounding_pixels_back).
+
+What the reference repeats and this does once: the timestep embedding per step (not per window); the
+unconditional branch's audio cross-attention (a bias). GPU memory holds one window: callers stream windows.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .files import (LatentSyncFiles, LatentSyncWeightsError, check_state_dict, read_checkpoint, read_json_file,
+                    read_safetensors_or_bin, read_unet_config, tensors_of)
+
+SCALING_FACTOR = 0.18215  # scripts/inference.py sets vae.config.scaling_factor / shift_factor (0)
+SCHEDULER_CONFIG = {"beta_end": 0.012, "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": False,
+                    "num_train_timesteps": 1000, "set_alpha_to_one": False, "steps_offset": 1,
+                    "trained_betas": None}
+STEPS, GUIDANCE = 20, 1.5
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Networks:
+    files: LatentSyncFiles
+    config: dict
+    unet: Any
+    vae: Any
+    whisper: Any
+    mask_image: torch.Tensor       # float64 (3, res, res), as load_fixed_mask
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def resolution(self) -> int:
+        return int(self.config["data"]["resolution"])
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.config["data"]["num_frames"])
+
+    @property
+    def feat_length(self) -> tuple[int, int]:
+        a, b = self.config["data"]["audio_feat_length"]
+        return int(a), int(b)
+
+
+def load_mask_image(path: Path, resolution: int) -> torch.Tensor:
+    """load_fixed_mask: RGB, Lanczos-4 resize to resolution, / 255 (float64), (3, res, res)."""
+    import cv2
+
+    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if img is None:
+        raise LatentSyncWeightsError(f"{path} is not a readable image; use the repository's latentsync/utils/mask.png")
+    img = cv2.resize(cv2.cvtColor(img, cv2.COLOR_BGR2RGB), (resolution, resolution),
+                     interpolation=cv2.INTER_LANCZOS4) / 255.0
+    return torch.from_numpy(img).permute(2, 0, 1).contiguous()
+
+
+def load_unet(files: LatentSyncFiles, config: dict) -> Any:
+    from .unet import LatentSyncUNet, expected_shapes
+
+    ckpt = read_checkpoint(files.unet_weights)
+    state = tensors_of(ckpt, "state_dict", files.unet_weights)
+    check_state_dict(state, expected_shapes(config["model"]), files.unet_weights, f"LatentSync UNet ({files.unet_config.name})")
+    unet = LatentSyncUNet(config["model"])
+    unet.load_state_dict(state, strict=True)
+    return unet.eval()
+
+
+def load_vae(files: LatentSyncFiles) -> Any:
+    try:
+        from diffusers import AutoencoderKL
+    except ImportError as exc:
+        raise ImportError("LatentSync needs diffusers for its VAE: pip install .[latentsync]") from exc
+    cfg = read_json_file(files.vae_config)
+    try:
+        with torch.device("meta"):
+            shape_net = AutoencoderKL.from_config(cfg)
+    except Exception as exc:
+        raise LatentSyncWeightsError(f"{files.vae_config} is not an AutoencoderKL config ({exc})") from exc
+    state = read_safetensors_or_bin(files.vae_weights)
+    check_state_dict(state, {k: tuple(v.shape) for k, v in shape_net.state_dict().items()}, files.vae_weights,
+                     "sd-vae-ft-mse AutoencoderKL")
+    vae = AutoencoderKL.from_config(cfg)
+    vae.load_state_dict(state, strict=True)
+    return vae.eval()
+
+
+def load_networks(files: LatentSyncFiles, device: str = "cpu", precision: str = "fp32") -> Networks:
+    from .audio import load_whisper
+
+    config = read_unet_config(files.unet_config)
+    dtype = DTYPES[precision]
+    unet = load_unet(files, config).to(device=device, dtype=dtype)
+    vae = load_vae(files).to(device=device, dtype=dtype)
+    whisper = load_whisper(files.whisper, device, dtype)
+    mask = load_mask_image(files.mask_image, int(config["data"]["resolution"]))
+    return Networks(files, config, unet, vae, whisper, mask, torch.device(device), dtype)
+
+
+_CACHE: dict[tuple, Networks] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def cached_networks(device: str, precision: str, models_root: Any = None) -> Networks:
+    """The process's loaded networks for these files (reloaded when a file or the config choice changes)."""
+    from .files import locate
+
+    files = locate(models_root)
+    key = (str(files.root), str(files.unet_config), device, precision,
+           tuple(p.stat().st_mtime_ns for p in (files.unet_weights, files.vae_weights, files.whisper, files.unet_config)))
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is None:
+            _CACHE.clear()  # one release in memory at a time (the 1.6 UNet is 5 GB in FP32)
+            hit = _CACHE[key] = load_networks(files, device, precision)
+        return hit
+
+
+def make_scheduler():
+    from diffusers import DDIMScheduler
+
+    return DDIMScheduler(**SCHEDULER_CONFIG)
+
+
+class LatentSyncPipeline:
+    """Denoises windows of aligned faces (module doc). Draws from `generator` in the reference's order."""
+
+    def __init__(self, net: Networks, steps: int = STEPS, guidance: float = GUIDANCE, cache_interval: int = 0):
+        """cache_interval: 0/1 = exact (the reference's pipeline as called by default); n > 1 = the optional
+        DeepCache-style faster mode: a full UNet every n-th step, the steps between reuse the feature entering the
+        last up block (the reference's inference.sh enables DeepCache with interval 3, branch 0; this is the same
+        idea written for this UNet, not the DeepCache package). Changes the frames: see benchmarks/RESULTS.md."""
+        self.net, self.steps, self.guidance = net, int(steps), float(guidance)
+        self.cache_interval = int(cache_interval)
+        self.scheduler = make_scheduler()
+        self.scheduler.set_timesteps(self.steps, device=net.device)
+        self.timesteps = self.scheduler.timesteps
+        self.latent_size = net.resolution // 8
+        self._emb: dict[tuple[int, int], torch.Tensor] = {}
+
+    def initial_noise(self, generator: torch.Generator) -> torch.Tensor:
+        """The video's one noise (1, 4, 1, h, w) x init_noise_sigma (prepare_latents), on the generator's device."""
+        shape = (1, 4, 1, self.latent_size, self.latent_size)
+        noise = torch.randn(shape, generator=generator, device=generator.device, dtype=self.net.dtype)
+        return noise * self.scheduler.init_noise_sigma
+
+    def _encode(self, pixels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """VAE posterior sample x scaling (latent_dist.sample(generator)), noise drawn on the generator's device."""
+        dist = self.net.vae.encode(pixels).latent_dist
+        eps = torch.randn(dist.mean.shape, generator=generator, device=generator.device, dtype=dist.mean.dtype)
+        return (dist.mean + dist.std * eps.to(dist.mean.device)) * SCALING_FACTOR
+
+    def _time_emb(self, step: int, t: torch.Tensor, rows: int) -> torch.Tensor:
+        hit = self._emb.get((step, rows))
+        if hit is None:
+            hit = self._emb[(step, rows)] = self.net.unet.time_embed(t.to(self.net.device), rows, self.net.dtype)
+        return hit
+
+    @torch.no_grad()
+    def prepare(self, faces: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(pixel values (f, 3, r, r) float32, masked pixel values (float64, as the reference), mask (f, 1, r, r))
+        of uint8 faces (f, r, r, 3) at the model's resolution."""
+        x = torch.as_tensor(np.asarray(faces)) if not torch.is_tensor(faces) else faces
+        x = x.permute(0, 3, 1, 2)
+        r = self.net.resolution
+        if tuple(x.shape[-2:]) != (r, r):
+            raise ValueError(f"faces must be {r}x{r} (the config's resolution), got {tuple(x.shape[-2:])}")
+        pixels = (x / 255.0 - 0.5) / 0.5
+        mask = self.net.mask_image.to(pixels.device)
+        masked = pixels * mask
+        masks = mask[0:1].expand(len(x), 1, r, r)
+        return pixels, masked, masks
+
+    @torch.no_grad()
+    def window(self, faces: np.ndarray | torch.Tensor, audio: torch.Tensor, noise: torch.Tensor,
+               generator: torch.Generator) -> torch.Tensor:
+        """Generated faces (f, 3, r, r) in [-1, 1]-ish (device, model dtype) of one window: uint8 faces (f, r, r, 3),
+        audio windows (f, 50, 384), the video's noise from initial_noise()."""
+        net, dev, dt = self.net, self.net.device, self.net.dtype
+        f = len(faces)
+        pixels, masked, masks = self.prepare(faces)
+        lat = self.latent_size
+        mask_lat = F.interpolate(masks, size=(lat, lat)).to(device=dev, dtype=dt)
+        masked_lat = self._encode(masked.to(device=dev, dtype=dt), generator)
+        ref_lat = self._encode(pixels.to(device=dev, dtype=dt), generator)
+        cfg = self.guidance > 1.0
+        rows = 2 if cfg else 1
+
+        def video(t: torch.Tensor) -> torch.Tensor:  # (f, c, h, w) -> (rows, c, f, h, w)
+            return t.permute(1, 0, 2, 3).unsqueeze(0).expand(rows, -1, -1, -1, -1)
+
+        cond = torch.cat([video(mask_lat), video(masked_lat), video(ref_lat)], dim=1)
+        audio = audio.to(device=dev, dtype=dt)
+        if cfg:
+            audio = torch.cat([torch.zeros_like(audio), audio])
+        latents = noise.to(device=dev, dtype=dt).expand(-1, -1, f, -1, -1).contiguous()
+        cache: dict | None = {} if self.cache_interval > 1 else None
+        for k, t in enumerate(self.timesteps):
+            x = torch.cat([latents] * rows) if cfg else latents
+            x = torch.cat([self.scheduler.scale_model_input(x, t), cond], dim=1)
+            reuse = cache is not None and k % self.cache_interval != 0
+            pred = net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=self._time_emb(k, t, rows),
+                            deep_cache=cache, reuse=reuse)
+            if cfg:
+                uncond, text = pred.chunk(2)
+                pred = uncond + self.guidance * (text - uncond)
+            latents = self.scheduler.step(pred, t, latents, eta=0.0, generator=generator).prev_sample
+        z = latents[0].permute(1, 0, 2, 3) / SCALING_FACTOR
+        decoded = net.vae.decode(z).sample
+        keep = masks.to(device=dev, dtype=dt)
+        return decoded * (1 - keep) + pixels.to(device=dev, dtype=dt) * keep

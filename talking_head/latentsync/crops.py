@@ -1,0 +1,221 @@
+"""`latentsync` as a talking-head model of the shared driver (same contract as musetalk/portrait/clone).
+
+Per reference frame r (its FaceAlign mesh): LatentSync's three points and smoothed affine to its face template
+(geometry.py), chained over the reference video's frames in order as the reference does; the face is cut
+from the source frame exactly as the reference cuts it. Output frames go through the UNet in windows of the
+config's num_frames (16), in order, from one seeded generator (the reference's order of random draws: the
+video's one noise, then per window the masked-image and reference latents' posterior samples). Each generated
+face is restored as the reference's restore_img does, but into the track's aligned crop instead of the frame:
+the crop (face pixels) and the paste weight go to the shared driver, whose paste into the frame is the
+reference's blend (weight x face + (1 - weight) x frame). The paste weight's erosion and blur are sized from
+the face's area in crop pixels (the reference: frame pixels; the same fraction of the face).
+
+Memory: one window's faces on the device, a few windows' crops on the host (streamed), the affines of the
+reference frames (N x 2 x 3): flat in the video's length.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+
+from ...engines.latentsync.files import LICENCE_NOTE
+from ..driver import (GeneratedCrops, frame_schedule, output_frame_count, reference_warnings, validate_audio,
+                      validate_track)
+
+log = logging.getLogger("digital_human.latentsync")
+MODEL_NAME = "latentsync"
+BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+STEPS_ENV = "DIGITAL_HUMAN_LATENTSYNC_STEPS"      # inference_steps (reference: 20; its README: 20-50)
+GUIDANCE_ENV = "DIGITAL_HUMAN_LATENTSYNC_GUIDANCE"  # guidance_scale (reference: 1.5; its README: 1.0-3.0)
+CACHE_ENV = "DIGITAL_HUMAN_LATENTSYNC_DEEPCACHE"    # 0 = exact; n > 1: the DeepCache-style faster mode (pipeline.py)
+
+
+def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
+    """(device, precision, notes): torch on CUDA when there is one (FP16 by default, as the reference), else CPU FP32."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    from ...engines.devices import torch_cuda_usable
+
+    notes = []
+    if backend in ("onnxruntime", "tensorrt"):
+        notes.append(f"LatentSync runs on torch; backend {backend!r} is not wired for it")
+    device = "cuda" if torch_cuda_usable() else "cpu"
+    if precision == "auto":
+        precision = "fp16" if device == "cuda" else "fp32"
+    if device == "cpu" and precision != "fp32":
+        notes.append(f"{precision} on the CPU is slower than FP32; running FP32")
+        precision = "fp32"
+    for note in notes:
+        log.warning("[digital_human] %s", note)
+    return device, precision, notes
+
+
+def _env_number(name: str, default: float, low: float, high: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be within {low}-{high}, got {value}")
+    return value
+
+
+class _Renderer:
+    """Generated crops and paste weights of output frames on demand, window by window in order."""
+
+    def __init__(self, pipe: Any, track: Any, idx: np.ndarray, features: Any, fps: float, seed: int,
+                 should_stop: Callable[[], bool] | None, timings: dict[str, float], keep_windows: int = 4):
+        from .geometry import smoothed_affines, three_points
+
+        self.pipe, self.track, self.idx, self.features, self.fps = pipe, track, idx, features, fps
+        self.seed, self.should_stop, self.timings = seed, should_stop, timings
+        self.res = pipe.net.resolution
+        self.win = pipe.net.num_frames
+        self.size = track.crop_size
+        # the reference chains its smoothing over the video's frames in order, once (before any looping)
+        pts = np.stack([three_points(track.landmarks[r]) for r in range(len(track))])
+        self.affines = smoothed_affines(pts, self.res)   # source -> face box
+        self._windows: OrderedDict[int, tuple[np.ndarray, list[np.ndarray]]] = OrderedDict()
+        self._keep = keep_windows
+        self._masks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._restart()
+
+    def _restart(self) -> None:
+        import torch
+
+        self.generator = torch.Generator(device="cpu").manual_seed(int(self.seed))
+        self.noise = self.pipe.initial_noise(self.generator)
+        self.next_window = 0
+
+    def crop_affine(self, r: int) -> np.ndarray:
+        """crop -> face box: the face box affine after the inverse of the track's source -> crop affine."""
+        a = np.eye(3)
+        a[:2] = np.asarray(self.track.affines[r], np.float64)
+        m = np.eye(3)
+        m[:2] = self.affines[r]
+        return (m @ np.linalg.inv(a))[:2]
+
+    def _support(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(paste weight float32 [S, S], support bool [S, S]) of reference frame r (a function of its affine only)."""
+        hit = self._masks.get(r)
+        if hit is None:
+            from .geometry import paste_weight
+
+            soft, support = paste_weight(self.crop_affine(r), (self.size, self.size), self.res)
+            hit = self._masks[r] = (soft, (support > 0)[..., None])
+            while len(self._masks) > 64:  # S x S x 5 bytes each: 84 MB at a 512 crop
+                self._masks.popitem(last=False)
+        return hit
+
+    def mask(self, r: int) -> np.ndarray:
+        with self._lock:
+            return self._support(int(r))[0]
+
+    def _window(self, w: int) -> list[np.ndarray]:
+        """Crops (uint8 [S, S, 3]) of window w's output frames, computing windows in order up to it."""
+        hit = self._windows.get(w)
+        if hit is not None:
+            return hit[1]
+        if w < self.next_window:  # evicted: the draws are a stream, so start it again (never in streaming order)
+            self._restart()
+        while self.next_window <= w:
+            k = self.next_window
+            crops = self._compute(k)
+            self._windows[k] = (np.arange(k * self.win, k * self.win + len(crops)), crops)
+            while len(self._windows) > self._keep:
+                self._windows.popitem(last=False)
+            self.next_window += 1
+        return self._windows[w][1]
+
+    def _compute(self, k: int) -> list[np.ndarray]:
+        from ...engines.latentsync.audio import frame_windows
+        from .geometry import face_crop, restore
+
+        if self.should_stop is not None and self.should_stop():
+            raise InterruptedError("stopped")
+        t0 = time.perf_counter()
+        lo, hi = k * self.win, min((k + 1) * self.win, len(self.idx))
+        refs = [int(r) for r in self.idx[lo:hi]]
+        faces = np.stack([face_crop(np.asarray(self.track.frames[r]), self.affines[r], self.res) for r in refs])
+        audio = frame_windows(self.features, range(lo, hi), self.fps, self.pipe.net.feat_length)
+        t1 = time.perf_counter()
+        out = self.pipe.window(faces, audio, self.noise, self.generator).float().cpu()
+        t2 = time.perf_counter()
+        crops = []
+        for j, r in enumerate(refs):
+            base = np.asarray(self.track.crops[r], np.uint8)
+            _, face, _, _ = restore(base, out[j], self.crop_affine(r), self.res)
+            _, support = self._support(r)
+            crops.append(np.where(support, face, base))
+        t3 = time.perf_counter()
+        self.timings["faces"] = self.timings.get("faces", 0.0) + (t1 - t0) + (t3 - t2)
+        self.timings["unet"] = self.timings.get("unet", 0.0) + (t2 - t1)
+        return crops
+
+    def render(self, start: int, stop: int) -> tuple[np.ndarray, None]:
+        with self._lock:
+            out = np.empty((stop - start, self.size, self.size, 3), np.uint8)
+            for i in range(start, stop):
+                out[i - start] = self._window(i // self.win)[i % self.win]
+            return out, None
+
+
+def latentsync_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None = None, *,
+                     loop_mode: str = "ping-pong", batch_size: int = 0, backend: str = "auto", precision: str = "auto",
+                     max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
+                     should_stop: Callable[[], bool] | None = None, streaming: bool = False, seed: int = 1247,
+                     models_root: Any = None, steps: int | None = None, guidance: float | None = None) -> GeneratedCrops:
+    """LatentSync's crop for every output frame (no paste-back yet); arguments as musetalk_crops.
+    batch_size: unused (the window is the config's num_frames, 16: the temporal layers see that many frames).
+    seed: the generator of the noise and the VAE posterior draws (the reference's default: 1247).
+    steps / guidance: DDIM steps (20) and guidance scale (1.5); None: DIGITAL_HUMAN_LATENTSYNC_STEPS /
+    _GUIDANCE, else the reference's values. Raises LatentSyncFilesError (every missing file) before any work."""
+    from ...engines.latentsync.audio import whisper_features
+    from ...engines.latentsync.files import locate
+    from ...engines.latentsync.pipeline import GUIDANCE, STEPS, LatentSyncPipeline, cached_networks
+    from ...engines.musetalk.audio import resample_16k
+
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    locate(models_root)  # the files first: the clearest error
+    validate_track(track)
+    wave = validate_audio(audio, sample_rate, max_audio_seconds)
+    steps = int(steps if steps is not None else _env_number(STEPS_ENV, STEPS, 1, 200))
+    guidance = float(guidance if guidance is not None else _env_number(GUIDANCE_ENV, GUIDANCE, 1.0, 10.0))
+    cache_interval = int(_env_number(CACHE_ENV, 0, 0, 10))
+    device, prec, notes = resolve_runtime(backend, precision)
+    net = cached_networks(device, prec, models_root)
+    timings["load"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    fps = float(fps) if fps and fps > 0 else float(track.fps)
+    n_out = output_frame_count(len(wave) / float(sample_rate), fps)
+    idx = frame_schedule(len(track), n_out, loop_mode, track.fps, fps)
+    features = whisper_features(net.whisper, resample_16k(wave, int(sample_rate)))
+    timings["audio"] = time.perf_counter() - t1
+
+    mode = f", DeepCache-style faster mode (interval {cache_interval}; not the exact frames)" if cache_interval > 1 else ""
+    warnings = list(notes) + [f"LatentSync {net.files.version} at {net.resolution}x{net.resolution}, {steps} DDIM steps, "
+                              f"guidance {guidance:g}, seed {seed}{mode}"] + reference_warnings(track, idx, n_out, fps, loop_mode)
+    pipe = LatentSyncPipeline(net, steps=steps, guidance=guidance, cache_interval=cache_interval)
+    renderer = _Renderer(pipe, track, idx, features, fps, seed, should_stop, timings)
+    gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
+                         backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,
+                         render=renderer.render, mask_of=renderer.mask, renders_landmarks=False)
+    return gen.finished(streaming, progress, should_stop, batch=net.num_frames)
+
+
+DESCRIPTION = f"LatentSync lip-sync: {LICENCE_NOTE}."
