@@ -91,6 +91,10 @@ def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
     timer.run("preflight", check_input_files, args)  # a missing file: refused before any thread starts
     start_warmup(tts_backend=args.backend if args.engine == "kokoro" else None)
     text = timer.run("preflight", check_speak_args, args)  # every input checked before any heavy work
+    if args.engine != "kokoro":  # the engine's release folder: one error listing every missing file
+        from .voice.engines import get_engine
+
+        timer.run("preflight", get_engine(args.engine).check_files)
     speaker = None
     embed_report: dict[str, Any] = {}
     if args.speaker:
@@ -538,8 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--seed", type=int, default=0)
     speak.add_argument("--base-voice", default="auto", help="bundled voice to start from (auto = nearest)")
     speak.add_argument("--out", required=True, help="output .wav")
-    speak.add_argument("--engine", default="kokoro", choices=["kokoro", "cosyvoice2"],
-                       help="TTS engine (cosyvoice2 needs the user's CosyVoice2-0.5B folder, see README)")
+    speak.add_argument("--engine", default="kokoro", choices=["kokoro", "cosyvoice2", "cosyvoice3"],
+                       help="TTS engine (cosyvoice2 / cosyvoice3 need the user's CosyVoice2-0.5B / "
+                            "Fun-CosyVoice3-0.5B folder, see docs/cosyvoice3.md)")
     speak.add_argument("--stream", action="store_true", help="write audio chunk by chunk as it is synthesized")
     speak.set_defaults(func=_cmd_speak)
 

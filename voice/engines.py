@@ -21,6 +21,7 @@ from .speaker import SpeakerProfile
 ENGINES: dict[str, str] = {
     "kokoro": "digital_human.voice.kokoro_engine:KokoroEngine",
     "cosyvoice2": "digital_human.engines.cosyvoice.engine:CosyVoice2Engine",
+    "cosyvoice3": "digital_human.engines.cosyvoice.engine3:CosyVoice3Engine",
 }
 DEFAULT_ENGINE = "kokoro"
 
@@ -68,3 +69,11 @@ def with_engine_state(speaker: SpeakerProfile, engine: str, state: dict[str, np.
     out.extras = {k: v for k, v in out.extras.items() if not k.startswith(engine + "/")}
     out.extras.update({f"{engine}/{k}": np.asarray(v) for k, v in state.items()})
     return out
+
+
+def cosyvoice_engine_for(folder: Any) -> str:
+    """The engine that runs a CosyVoice release folder ('cosyvoice3' or 'cosyvoice2'), told from its files
+    (cosyvoice3.yaml / speech_tokenizer_v3.onnx vs cosyvoice2.yaml / speech_tokenizer_v2.onnx): the `auto`
+    choice, so a folder is never handed to the engine of the other version."""
+    module = importlib.import_module(__package__.rsplit(".", 1)[0] + ".engines.cosyvoice.release3")
+    return module.engine_for_folder(folder)
