@@ -242,6 +242,9 @@ def without_weight_norm_causal(hift: CausalHiFT) -> CausalHiFT:
     folded = CausalHiFT(hift.cfg, hift.noise, hift.look_right).to(next(hift.conv_pre.parameters()).device)
     state = {k: v.float() if k.startswith("f0_predictor.") else v for k, v in hift.state_dict().items()}
     folded.load_state_dict(state)
+    # the F0 predictor folds in float64, as the reference computes its weight-normed weights at inference: a
+    # float32 fold differs by rounding, which the sine source's phase (a sum over the utterance) amplifies
+    folded.f0_predictor.to(torch.float64)
     folded.eval()
     for module in folded.modules():
         if parametrize.is_parametrized(module, "weight"):

@@ -171,8 +171,10 @@ class SpeechLM(nn.Module):
         return torch.cat(parts, dim=1)
 
     def _step(self, embeds: torch.Tensor, cache):
-        out = self.llm.model.model(inputs_embeds=embeds,
-                                   attention_mask=torch.ones(1, embeds.shape[1], dtype=torch.bool, device=embeds.device),
+        # No attention mask: causal over the prompt, everything cached for a step (the reference's full-length
+        # masks). A mask of the new tokens' length only was ignored by transformers 4.x but is read as a
+        # padding mask by 5.x, which then hides the cache from each step.
+        out = self.llm.model.model(inputs_embeds=embeds, attention_mask=None,
                                    use_cache=True, past_key_values=cache, return_dict=True)
         return out.last_hidden_state[:, -1], out.past_key_values
 
