@@ -149,7 +149,8 @@ def test_engine_modes_are_seeded(engine, data_dir, tmp_path):
     assert len(pieces) >= 2 and sum(p.size for p in pieces) == a.size
 
 
-def test_speak_cli_writes_a_24khz_wav_and_names_missing_files(models_root, data_dir, tmp_path, monkeypatch, capsys):
+def test_speak_cli_writes_a_24khz_wav_and_names_missing_files(models_root, engine, data_dir, tmp_path, monkeypatch,
+                                                             capsys):
     from digital_human import cli
     from digital_human.voice import engines
 
@@ -164,6 +165,8 @@ def test_speak_cli_writes_a_24khz_wav_and_names_missing_files(models_root, data_
     assert not out.exists()
     engines._LOADED.clear()
     monkeypatch.setenv("DIGITAL_HUMAN_MODELS", str(models_root))
+    engines._LOADED["cosyvoice3|[]"] = engine  # the same folder (default location here), already loaded
+    assert engine.folder == engines.get_engine("cosyvoice3").folder
     code = cli.main(argv + ["--seed", "1"])
     captured = capsys.readouterr()
     if code != 0 and "produced no speech" in captured.err:

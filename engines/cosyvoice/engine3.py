@@ -84,8 +84,8 @@ class CosyVoice3Runtime(CosyVoice2Runtime):
         limit = int(MAX_PROMPT_SECONDS * sample_rate)
         if wave.size > limit:
             wave = wave[:limit]
-        w24 = torch.from_numpy(_resample(wave, sample_rate, 24000))[None]
-        w16 = torch.from_numpy(_resample(wave, sample_rate, 16000))[None]
+        w24 = torch.from_numpy(np.array(_resample(wave, sample_rate, 24000)))[None]  # a writable copy
+        w16 = torch.from_numpy(np.array(_resample(wave, sample_rate, 16000)))[None]
         feat = prompt_mel(w24, fmax=None)[0]                          # [frames, 80], bands up to 12 kHz
         mel128 = whisper_log_mel(w16)
         names = self.speech_tokenizer.input_names()
