@@ -181,3 +181,32 @@ def test_fixture_is_small():
     assert FIXTURE.stat().st_size < 2 * 2 ** 20
     meta = json.loads(str(np.load(FIXTURE)["meta"][()]))
     assert meta["size"] == "reduced"
+
+
+def test_fast_path_pieces_match_the_eager_networks(engine):
+    """The CosyVoice 2 fast path's pieces on the v3 networks, on the CPU: the static-cache LM step (no bias on
+    the head, 200 stop rows) against transformers' step, the padded flow solve, the folded vocoder."""
+    from digital_human.engines.cosyvoice.causal_hift import without_weight_norm_causal
+    from digital_human.engines.cosyvoice.flow import FastCFM
+    from digital_human.engines.cosyvoice.lm import StaticDecoder
+
+    torch.set_num_threads(2)
+    models = engine.runtime().models
+    lm, gen = models.lm, torch.Generator().manual_seed(0)
+    text, prompt_text = torch.randint(0, 255, (1, 6), generator=gen), torch.randint(0, 255, (1, 4), generator=gen)
+    speech = torch.randint(0, 100, (1, 7), generator=gen)
+    forced = torch.randint(0, 100, (10,), generator=gen).tolist()
+    ref = lm.logits_trace(text, prompt_text, speech, forced)
+    decoder = StaticDecoder(lm, 64, compile=False)
+    with torch.inference_mode():
+        rows = [decoder.prefill(lm.prompt_embeddings(text, prompt_text, speech))] + [decoder.step(t) for t in forced]
+    assert float((torch.stack(rows) - ref).abs().max()) < 1e-4
+    tokens = torch.tensor([forced], dtype=torch.int32)
+    prompt_feat = torch.randn(1, 14, 80, generator=gen) - 4
+    embedding = torch.randn(1, 192, generator=gen)
+    mel = models.flow.inference(tokens, speech, prompt_feat, embedding)
+    padded = models.flow.inference(tokens, speech, prompt_feat, embedding,
+                                   solver=FastCFM(models.flow.decoder, torch.float32, cuda_graph=False))
+    assert float((mel - padded).abs().max()) <= 1e-4 * float(mel.abs().max())  # padding frames change nothing
+    np.testing.assert_allclose(without_weight_norm_causal(models.hift).inference(mel).numpy(),
+                               models.hift.inference(mel).numpy(), atol=1e-5)
