@@ -139,13 +139,13 @@ def test_engine_modes_are_seeded(engine, data_dir, tmp_path):
     # forced lengths (random weights stop early): same seed, same audio; another seed, other audio
     gen = lambda s: torch.Generator().manual_seed(s)  # noqa: E731
     ids = runtime.text_ids("Hi there.")
-    a, n = runtime.speak(ids, state, gen(3), min_tokens=12, max_tokens=12)
-    b, _ = runtime.speak(ids, state, gen(3), min_tokens=12, max_tokens=12)
-    c, _ = runtime.speak(ids, state, gen(4), min_tokens=12, max_tokens=12)
-    assert n == 12 and a.size == 12 * 2 * 480
+    a, n = runtime.speak(ids, state, gen(3), min_tokens=8, max_tokens=8)
+    b, _ = runtime.speak(ids, state, gen(3), min_tokens=8, max_tokens=8)
+    c, _ = runtime.speak(ids, state, gen(4), min_tokens=8, max_tokens=8)
+    assert n == 8 and a.size == 8 * 2 * 480
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c) and np.abs(a).max() <= 0.99
-    pieces = list(runtime.speak_stream(ids, state, gen(3), hop_tokens=4, min_tokens=12, max_tokens=12))
+    pieces = list(runtime.speak_stream(ids, state, gen(3), hop_tokens=2, min_tokens=8, max_tokens=8))
     assert len(pieces) >= 2 and sum(p.size for p in pieces) == a.size
 
 

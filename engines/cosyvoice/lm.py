@@ -153,8 +153,8 @@ class SpeechLM(nn.Module):
 
     def min_len_banned(self, forced: bool) -> list[int]:
         """Tokens masked while fewer than the minimum length are drawn: the reference masks index
-        speech_token_size only. `forced` (a benchmark's min_tokens) masks every stop token."""
-        return list(self.stop_tokens) if forced else [self.speech_token_size]
+        speech_token_size only (CosyVoice 2's end of speech), also when min_tokens forces a length."""
+        return [self.speech_token_size]
 
     def _sos_task(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.llm_embedding.weight[0], self.llm_embedding.weight[1]
@@ -592,6 +592,12 @@ class SpeechLM3(SpeechLM):
     @property
     def stop_tokens(self) -> range:
         return range(self.speech_token_size, self.speech_token_size + self.SPECIAL_ROWS)
+
+    def min_len_banned(self, forced: bool) -> list[int]:
+        """The reference masks index speech_token_size (here the sos row, never the end of speech) before the
+        minimum length; kept for parity. `forced` (a benchmark's min_tokens) masks all 200 stop rows, so
+        random weights give the asked length."""
+        return list(self.stop_tokens) if forced else [self.speech_token_size]
 
     def _sos_task(self) -> tuple[torch.Tensor, torch.Tensor]:
         w = self.speech_embedding.weight
