@@ -43,11 +43,13 @@ TEMPLATE_TITLES = {
     "clone_from_video": "Clone from video - train a clone of a talking person",
     "lipsync_video_musetalk": "Lip-sync a video with MuseTalk 1.5 - needs your MuseTalk files",
     "voice_clone_cosyvoice": "Voice clone with CosyVoice 2 - needs your CosyVoice files",
+    "voice_clone_cosyvoice3": "Voice clone with CosyVoice 3 - needs your Fun-CosyVoice3 files",
 }
 # Workflows that run the user's own checkpoints (nothing is downloaded): without the files they are refused
 # when queued, naming the missing files; test_comfyui_musetalk.py / test_comfyui_cosyvoice.py run them against
 # a random-weight release laid out like the real one.
-USER_FILES_WORKFLOWS = {"lipsync_video_musetalk": "musetalk", "voice_clone_cosyvoice": "cosyvoice"}
+USER_FILES_WORKFLOWS = {"lipsync_video_musetalk": "musetalk", "voice_clone_cosyvoice": "cosyvoice",
+                        "voice_clone_cosyvoice3": "cosyvoice"}
 
 
 def ui_template(api_name: str) -> Path:
