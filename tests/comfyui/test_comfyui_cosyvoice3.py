@@ -37,15 +37,32 @@ def test_without_the_files_the_workflow_is_refused_when_queued(client: ComfyClie
     assert "models/digital_human/cosyvoice/Fun-CosyVoice3-0.5B" in body and str(models_root) not in body
 
 
+def speaking_head(llm_pt: Path) -> None:
+    """Random weights that speak: the reduced table has 100 speech rows and CosyVoice 3's 200 stop rows, so
+    seeded random logits end the utterance at once (2/3 of the draws stop). Zero the stop rows of the head and
+    widen the speech rows' logits, still random weights in the release's format and shapes."""
+    import torch
+
+    state = torch.load(llm_pt, map_location="cpu", weights_only=True)
+    head = state["llm_decoder.weight"]
+    speech = head.shape[0] - 200
+    head[:speech] *= 4.0
+    head[speech:] = 0.0
+    torch.save(state, llm_pt)
+
+
 @pytest.fixture(scope="module")
 def cosyvoice3_server(comfy_dir: Path, models_root: Path, tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("transformers", reason="the cosyvoice extra (transformers, pyyaml) is not installed")
     from digital_human.engines.cosyvoice.parity3 import write_release_from_fixture
 
     fixture = dict(np.load(FIXTURE, allow_pickle=False))
-    with server_with_user_files(comfy_dir, models_root, tmp_path_factory.mktemp, "cosyvoice",
-                                lambda root: write_release_from_fixture(fixture, root / "cosyvoice" / "Fun-CosyVoice3-0.5B")
-                                ) as server:
+
+    def write(root: Path) -> None:
+        folder = write_release_from_fixture(fixture, root / "cosyvoice" / "Fun-CosyVoice3-0.5B")
+        speaking_head(folder / "llm.pt")
+
+    with server_with_user_files(comfy_dir, models_root, tmp_path_factory.mktemp, "cosyvoice", write) as server:
         yield server
 
 
