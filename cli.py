@@ -277,10 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .voice.engines import ENGINES
 
     speak.add_argument("--fast-path", action="store_true", default=None,
-                       help=f"the engine's CUDA fast path where it has one (cosyvoice2). {COSYVOICE_COST}")
+                       help=f"the engine's CUDA fast path where it has one (cosyvoice2, cosyvoice3). {COSYVOICE_COST}")
     speak.add_argument("--engine", default="kokoro", choices=list(ENGINES),
-                       help="TTS engine (cosyvoice2 needs the user's CosyVoice2-0.5B folder and the [cosyvoice] "
-                            "extra, see docs/optional-parts.md)")
+                       help="TTS engine (cosyvoice2 / cosyvoice3 need the user's CosyVoice2-0.5B / Fun-CosyVoice3-0.5B "
+                            "folder and the [cosyvoice] extra, see docs/optional-parts.md, docs/cosyvoice3.md)")
     speak.add_argument("--stream", action="store_true", help="write audio chunk by chunk as it is synthesized")
     speak.set_defaults(func=_cmd_speak)
 

@@ -330,7 +330,9 @@ class TRT_TTS:
 
 
 ENGINE_TOOLTIP = ("kokoro: embedded, no files needed. cosyvoice2: zero-shot cloning (Apache-2.0), needs the "
-                  "CosyVoice2-0.5B folder in models/digital_human/cosyvoice/ and `pip install .[cosyvoice]`.")
+                  "CosyVoice2-0.5B folder in models/digital_human/cosyvoice/ and `pip install .[cosyvoice]`. "
+                  "cosyvoice3: Fun-CosyVoice3-0.5B (Apache-2.0), better speaker similarity, needs that folder "
+                  "in models/digital_human/cosyvoice/ and the same extra.")
 
 
 JAPANESE_VOICES = ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]  # in the PyPI package

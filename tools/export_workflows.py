@@ -164,7 +164,7 @@ LAYOUTS = {
                  "`hift.pt`, `campplus.onnx`, `speech_tokenizer_v2.onnx`, `spk2info.pt` and the "
                  "`CosyVoice-BlankEN/` folder - and install the extra once: `pip install transformers pyyaml` "
                  "(versions in the pack's pyproject, extra `cosyvoice`). Without them the prompt is refused when "
-                 "queued, with the list of what is missing. CosyVoice 3 folders are not supported yet.",
+                 "queued, with the list of what is missing. CosyVoice 3 folders: the CosyVoice 3 template.",
                  SETUP_LINE,
                  "**Voice** (Load Reference Audio): upload a clip of the person speaking (3-30 s of one voice). "
                  "Type what the clip says in **Voice for CosyVoice 2** (`reference_text`): with it CosyVoice "
@@ -175,6 +175,27 @@ LAYOUTS = {
                  "Sample input: a voice the pack speaks with its bundled Kokoro voice; the reference text is what it "
                  "says."],
         "columns": [[("Voice: reference clip -> CosyVoice 2 speaker -> speech", ["1", "2", "3"], "#2a4858")],
+                    [("Output", ["4"], "#3f5a3a")]],
+    },
+    "voice_clone_cosyvoice3": {
+        "note": ["## Voice clone with CosyVoice 3", "Text to speech in the voice of a short clip, cloned zero-shot by "
+                 "Fun-CosyVoice3-0.5B (better speaker similarity than CosyVoice 2; no voice fitting).",
+                 "**Needs your CosyVoice 3 files** (nothing is downloaded): put the `Fun-CosyVoice3-0.5B` folder "
+                 "exactly as released (FunAudioLLM on Hugging Face or ModelScope, Apache-2.0) at "
+                 "`models/digital_human/cosyvoice/Fun-CosyVoice3-0.5B/` - `cosyvoice3.yaml`, `llm.pt`, `flow.pt`, "
+                 "`hift.pt`, `campplus.onnx`, `speech_tokenizer_v3.onnx` and the `CosyVoice-BlankEN/` folder - and "
+                 "install the extra once: `pip install transformers pyyaml` (extra `cosyvoice`). Without them the "
+                 "prompt is refused when queued, with the list of what is missing. A CosyVoice 2 folder needs the "
+                 "CosyVoice 2 template.",
+                 SETUP_LINE,
+                 "**Voice** (Load Reference Audio): upload a clip of the person speaking (3-30 s of one voice). "
+                 "Type what the clip says in **Voice for CosyVoice 3** (`reference_text`) for zero-shot mode (best "
+                 "likeness); leave it empty for cross-lingual mode. Type the text to speak in **TTS with CosyVoice "
+                 "3**. Same seed, same audio.",
+                 "The speech is saved by **Save speech** (FLAC in ComfyUI's output folder) and plays in the node.",
+                 "Sample input: a voice the pack speaks with its bundled Kokoro voice; the reference text is what it "
+                 "says."],
+        "columns": [[("Voice: reference clip -> CosyVoice 3 speaker -> speech", ["1", "2", "3"], "#2a4858")],
                     [("Output", ["4"], "#3f5a3a")]],
     },
 }

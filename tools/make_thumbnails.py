@@ -14,7 +14,8 @@ renders what each template makes with the pack's own CLI on the sample inputs th
   (non-commercial licences; the pack ships none, so it cannot show Sonic's own output);
 - voice_only: the waveform of `digital-human speak` of the template's text in the sample voice;
 - voice_clone_cosyvoice: the waveform of the sample voice clip (its reference), captioned that the template
-  needs the user's CosyVoice files (the pack ships none, so it cannot show CosyVoice's own output).
+  needs the user's CosyVoice files (the pack ships none, so it cannot show CosyVoice's own output);
+  voice_clone_cosyvoice3 likewise, for the Fun-CosyVoice3 files.
 
     DIGITAL_HUMAN_MODELS=~/.cache/digital_human/models python tools/make_thumbnails.py [--only NAME ...]
 """
@@ -150,6 +151,9 @@ def main() -> None:
         if "voice_clone_cosyvoice" in wanted:
             _save(_captioned(_waveform(samples / VOICE), "CosyVoice 2 voice clone - needs your CosyVoice files"),
                   "voice_clone_cosyvoice")
+        if "voice_clone_cosyvoice3" in wanted:
+            _save(_captioned(_waveform(samples / VOICE), "CosyVoice 3 voice clone - needs your Fun-CosyVoice3 files"),
+                  "voice_clone_cosyvoice3")
 
 
 if __name__ == "__main__":

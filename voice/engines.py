@@ -44,6 +44,10 @@ ENGINES: dict[str, EngineEntry | str] = {  # a plain "module:attribute" string =
                               modules=("transformers", "yaml"),
                               files="digital_human.engines.cosyvoice.files:files_problem",
                               fast_keyword="fast", fast_env=COSYVOICE_FAST_ENV, fast_cost=COSYVOICE_COST),
+    "cosyvoice3": EngineEntry("digital_human.engines.cosyvoice.engine3:CosyVoice3Engine", extra="cosyvoice",
+                              modules=("transformers", "yaml"),
+                              files="digital_human.engines.cosyvoice.files3:files_problem",
+                              fast_keyword="fast", fast_env=COSYVOICE_FAST_ENV, fast_cost=COSYVOICE_COST),
 }
 DEFAULT_ENGINE = "kokoro"
 log = logging.getLogger("digital_human")
@@ -133,3 +137,11 @@ def with_engine_state(speaker: SpeakerProfile, engine: str, state: dict[str, np.
     out.extras = {k: v for k, v in out.extras.items() if not k.startswith(engine + "/")}
     out.extras.update({f"{engine}/{k}": np.asarray(v) for k, v in state.items()})
     return out
+
+
+def cosyvoice_engine_for(folder: Any) -> str:
+    """The engine that runs a CosyVoice release folder ('cosyvoice3' or 'cosyvoice2'), told from its files
+    (cosyvoice3.yaml / speech_tokenizer_v3.onnx vs cosyvoice2.yaml / speech_tokenizer_v2.onnx): the `auto`
+    choice, so a folder is never handed to the engine of the other version."""
+    module = importlib.import_module(__package__.rsplit(".", 1)[0] + ".engines.cosyvoice.release3")
+    return module.engine_for_folder(folder)

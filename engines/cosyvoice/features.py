@@ -22,14 +22,15 @@ def _librosa_mel(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float | No
     return torch.from_numpy(mel(sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax)).float()
 
 
-def prompt_mel(wave24k: torch.Tensor) -> torch.Tensor:
-    """[1, samples] at 24 kHz -> [1, frames, 80]."""
+def prompt_mel(wave24k: torch.Tensor, fmax: float | None = 8000.0) -> torch.Tensor:
+    """[1, samples] at 24 kHz -> [1, frames, 80]. fmax: top of the mel bands (CosyVoice 2: 8 kHz;
+    CosyVoice 3's feat_extractor has fmax null, i.e. 12 kHz, half the sample rate)."""
     n_fft, hop = 1920, 480
     y = torch.nn.functional.pad(wave24k.unsqueeze(1), ((n_fft - hop) // 2, (n_fft - hop) // 2), mode="reflect")
     spec = torch.view_as_real(torch.stft(y.squeeze(1), n_fft, hop_length=hop, win_length=n_fft,
                                          window=torch.hann_window(n_fft), center=False, return_complex=True))
     spec = torch.sqrt(spec.pow(2).sum(-1) + 1e-9)
-    spec = torch.matmul(_librosa_mel(24000, n_fft, 80, 0.0, 8000.0), spec)
+    spec = torch.matmul(_librosa_mel(24000, n_fft, 80, 0.0, fmax), spec)
     return torch.log(torch.clamp(spec, min=1e-5)).transpose(1, 2)
 
 

@@ -108,11 +108,12 @@ class ConformerBlock(nn.Module):
 class PreLookahead(nn.Module):
     """Each token sees `lookahead` future tokens (right-padded conv), then a causal conv; residual."""
 
-    def __init__(self, dim: int, lookahead: int) -> None:
+    def __init__(self, dim: int, lookahead: int, channels: int | None = None) -> None:
         super().__init__()
         self.lookahead = lookahead
-        self.conv1 = nn.Conv1d(dim, dim, lookahead + 1)
-        self.conv2 = nn.Conv1d(dim, dim, 3)
+        channels = channels or dim  # CosyVoice 2: dim -> dim; CosyVoice 3: 80 -> 1024 -> 80
+        self.conv1 = nn.Conv1d(dim, channels, lookahead + 1)
+        self.conv2 = nn.Conv1d(channels, dim, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.pad(x.transpose(1, 2), (0, self.lookahead))

@@ -151,19 +151,30 @@ class SpeechLM(nn.Module):
     def stop_tokens(self) -> range:
         return range(self.speech_token_size, self.speech_token_size + 3)
 
+    def min_len_banned(self, forced: bool) -> list[int]:
+        """Tokens masked while fewer than the minimum length are drawn: the reference masks index
+        speech_token_size only (CosyVoice 2's end of speech), also when min_tokens forces a length."""
+        return [self.speech_token_size]
+
+    def _sos_task(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.llm_embedding.weight[0], self.llm_embedding.weight[1]
+
     def prompt_embeddings(self, text: torch.Tensor, prompt_text: torch.Tensor,
                           prompt_speech_token: torch.Tensor) -> torch.Tensor:
         text_emb = self.llm.model.model.embed_tokens(torch.cat([prompt_text, text], dim=1).long())
-        sos = self.llm_embedding.weight[0].reshape(1, 1, -1)
-        task = self.llm_embedding.weight[1].reshape(1, 1, -1)
+        sos_row, task_row = self._sos_task()
+        sos = sos_row.reshape(1, 1, -1)
+        task = task_row.reshape(1, 1, -1)
         parts = [sos, text_emb, task]
         if prompt_speech_token.shape[1]:
             parts.append(self.speech_embedding(prompt_speech_token.long()))
         return torch.cat(parts, dim=1)
 
     def _step(self, embeds: torch.Tensor, cache):
-        out = self.llm.model.model(inputs_embeds=embeds,
-                                   attention_mask=torch.ones(1, embeds.shape[1], dtype=torch.bool, device=embeds.device),
+        # No attention mask: causal over the prompt, everything cached for a step (the reference's full-length
+        # masks). A mask of the new tokens' length only was ignored by transformers 4.x but is read as a
+        # padding mask by 5.x, which then hides the cache from each step.
+        out = self.llm.model.model(inputs_embeds=embeds, attention_mask=None,
                                    use_cache=True, past_key_values=cache, return_dict=True)
         return out.last_hidden_state[:, -1], out.past_key_values
 
@@ -194,8 +205,9 @@ class SpeechLM(nn.Module):
         embeds, history = self.prompt_embeddings(text, prompt_text, prompt_speech_token), []
         if decoder is not None and not decoder.fits(embeds.shape[1] + max_len):
             decoder = None  # longer than its cache: the eager path has no length limit
+        banned = self.min_len_banned(min_tokens is not None)
         if decoder is not None and decoder.sampling is not None:
-            yield from self._generate_on_device(decoder, embeds, generator, min_len, max_len)
+            yield from self._generate_on_device(decoder, embeds, generator, min_len, max_len, banned)
             return
         cache = None
         for step in range(max_len):
@@ -207,7 +219,7 @@ class SpeechLM(nn.Module):
             else:
                 logp = decoder.step(history[-1])
             if step < min_len:
-                logp[self.speech_token_size] = -float("inf")
+                logp[banned] = -float("inf")
             token = ras_sample(logp, history, self.sampling, generator)
             if token in self.stop_tokens:
                 return
@@ -217,13 +229,13 @@ class SpeechLM(nn.Module):
                 embeds = self.speech_embedding.weight[token].reshape(1, 1, -1)
 
     def _generate_on_device(self, decoder: "StaticDecoder", embeds: torch.Tensor, generator: torch.Generator | None,
-                            min_len: int, max_len: int) -> Iterator[int]:
+                            min_len: int, max_len: int, banned: list[int] | None = None) -> Iterator[int]:
         """Tokens drawn by the decoder itself (ras_sample_tensor after each step, no host sync per token); the
         host reads them back every decoder.readback steps to look for a stop token. Steps run past a stop
         token within a read-back block are discarded (their K/V writes land in slots no later step reads)."""
         if max_len <= 0:
             return
-        decoder.begin(embeds, generator, min_len)  # prefill and token 0
+        decoder.begin(embeds, generator, min_len, banned)  # prefill and token 0
         read, drawn = 0, 1
         while read < max_len:
             end = min(read + decoder.readback, max_len)
@@ -530,10 +542,16 @@ class StaticDecoder:
         self.graph.replay()
         return self.out.clone()
 
-    def begin(self, embeds: torch.Tensor, generator: torch.Generator | None, min_len: int) -> None:
-        """Prefill, reset the sampler, draw token 0 (into self.drawn[0] and self.token). With sampling only."""
+    def begin(self, embeds: torch.Tensor, generator: torch.Generator | None, min_len: int,
+              banned: list[int] | None = None) -> None:
+        """Prefill, reset the sampler, draw token 0 (into self.drawn[0] and self.token). With sampling only.
+        banned: the tokens masked before min_len (default: speech_token_size, the reference's rule)."""
         if self.sampling is None:
             raise ValueError("begin() draws on the device: build the decoder with sampling=SamplingConfig()")
+        # in place: the captured graph reads this tensor's address
+        self.end_of_speech.zero_()
+        self.end_of_speech[torch.as_tensor(banned if banned is not None else [self.lm.speech_token_size],
+                                           device=self.device)] = True
         logp = self.prefill(embeds)
         # The device generator's seed comes from the caller's generator (one draw from it), so the same seed
         # gives the same uniforms, hence the same tokens on the same device and software.
@@ -551,3 +569,36 @@ class StaticDecoder:
                 self._graph_step()
             else:
                 self.graph.replay()
+
+
+class SpeechLM3(SpeechLM):
+    """CosyVoice3LM (Fun-CosyVoice3-0.5B), inference only. The same Qwen2 body, prompt layout and sampler as
+    CosyVoice 2's; what differs is the speech-token table: 6561 speech tokens + 200 special rows in one
+    embedding (sos = 6561, end of speech = 6562, task id = 6563; no separate llm_embedding), a head without
+    bias over all 6761 rows, and every special row (6561..6760) stops decoding."""
+
+    SPECIAL_ROWS = 200
+
+    def __init__(self, qwen: nn.Module, speech_token_size: int = 6561,
+                 sampling: SamplingConfig = SamplingConfig()) -> None:
+        nn.Module.__init__(self)
+        hidden = qwen.config.hidden_size
+        self.speech_token_size = speech_token_size
+        self.sampling = sampling
+        self.llm = _QwenHolder(qwen)
+        self.llm_decoder = nn.Linear(hidden, speech_token_size + self.SPECIAL_ROWS, bias=False)
+        self.speech_embedding = nn.Embedding(speech_token_size + self.SPECIAL_ROWS, hidden)
+
+    @property
+    def stop_tokens(self) -> range:
+        return range(self.speech_token_size, self.speech_token_size + self.SPECIAL_ROWS)
+
+    def min_len_banned(self, forced: bool) -> list[int]:
+        """The reference masks index speech_token_size (here the sos row, never the end of speech) before the
+        minimum length; kept for parity. `forced` (a benchmark's min_tokens) masks all 200 stop rows, so
+        random weights give the asked length."""
+        return list(self.stop_tokens) if forced else [self.speech_token_size]
+
+    def _sos_task(self) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.speech_embedding.weight
+        return w[self.speech_token_size], w[self.speech_token_size + 2]

@@ -39,10 +39,10 @@ COSYVOICE3_CLASSES = ("CosyVoice3LM", "CausalMaskedDiffWithDiT", "CausalHiFTGene
 
 def _cosyvoice3_error(folder: Path, why: str) -> UnsupportedRelease:
     return UnsupportedRelease(
-        f"{folder} is a CosyVoice 3 release ({why}); this pack runs CosyVoice 2 only. CosyVoice 3 has other "
-        f"networks under the same file names (DiT flow decoder, causal HiFT vocoder, another LM token layout, "
-        f"speech_tokenizer_v3.onnx), so its files cannot be loaded here. Use the {RELEASE_NAME} folder "
-        f"(cosyvoice2.yaml, speech_tokenizer_v2.onnx).")
+        f"{folder} is a CosyVoice 3 release ({why}), not CosyVoice 2. CosyVoice 3 has other networks under "
+        f"the same file names (DiT flow decoder, causal HiFT vocoder, another LM token layout, "
+        f"speech_tokenizer_v3.onnx), so the cosyvoice2 engine cannot load it: use the engine cosyvoice3 for "
+        f"this folder, or the {RELEASE_NAME} folder (cosyvoice2.yaml, speech_tokenizer_v2.onnx) with cosyvoice2.")
 
 
 def check_release(folder: str | Path) -> Path:
@@ -91,9 +91,24 @@ def _resolve(value: Any, top: dict) -> Any:
     return value
 
 
+def classes_built(text: str, names: tuple[str, ...]) -> list[str]:
+    """The class names among `names` that a HyperPyYAML text builds with !new:."""
+    return [name for name in names if re.search(rf"!new:[\w.]*\b{name}\b", text)]
+
+
+def read_yaml_values(text: str) -> dict:
+    """A HyperPyYAML text's plain values (tags become data, nothing is run)."""
+    raw = yaml.load(text, Loader=_TagLoader)  # noqa: S506 - SafeLoader subclass, tags become data
+    return raw if isinstance(raw, dict) else {}
+
+
+def resolve(value: Any, top: dict) -> Any:
+    return _resolve(value, top)
+
+
 def read_config(path: Path) -> dict:
     text = path.read_text(encoding="utf-8")
-    found = [name for name in COSYVOICE3_CLASSES if re.search(rf"!new:[\w.]*\b{name}\b", text)]
+    found = classes_built(text, COSYVOICE3_CLASSES)
     if found:  # a CosyVoice 3 configuration under the CosyVoice 2 file name
         raise _cosyvoice3_error(path.parent, f"{path.name} builds {', '.join(found)}")
     raw = yaml.load(text, Loader=_TagLoader)  # noqa: S506 - SafeLoader subclass, tags become data
@@ -146,7 +161,8 @@ def load_state(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], path: Path,
+                config_name: str = "cosyvoice2.yaml") -> None:
     """load_state_dict(strict=True) with one message listing missing, unexpected and mis-shaped keys."""
     own = module.state_dict()
     missing = sorted(set(own) - set(state))
@@ -158,7 +174,7 @@ def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], path: P
         problems = [f"missing keys: {show(missing)}" if missing else "",
                     f"unexpected keys: {show(unexpected)}" if unexpected else "",
                     f"shape mismatches: {show(shapes)}" if shapes else ""]
-        raise ValueError(f"{path} does not match its cosyvoice2.yaml: " + "; ".join(p for p in problems if p)
+        raise ValueError(f"{path} does not match its {config_name}: " + "; ".join(p for p in problems if p)
                          + ". Use the files of one release folder, unchanged.")
     module.load_state_dict(state, strict=True)
 

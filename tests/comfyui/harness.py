@@ -45,13 +45,15 @@ TEMPLATE_TITLES = {
     "voice_clone_cosyvoice": "Voice clone with CosyVoice 2 - needs your CosyVoice files",
     "lipsync_video_wav2lip": "Lip-sync a video with Wav2Lip - needs your Wav2Lip checkpoint",
     "talking_photo_sonic": "Talking photo with Sonic - needs your Sonic files (non-commercial)",
+    "voice_clone_cosyvoice3": "Voice clone with CosyVoice 3 - needs your Fun-CosyVoice3 files",
 }
 # Workflows that run the user's own checkpoints (nothing is downloaded): without the files they are refused
 # when queued, naming the missing files; test_comfyui_musetalk.py / test_comfyui_cosyvoice.py run them against
 # a random-weight release laid out like the real one.
 USER_FILES_WORKFLOWS = {"lipsync_video_musetalk": "musetalk", "voice_clone_cosyvoice": "cosyvoice",
                         "lipsync_video_wav2lip": "wav2lip",
-                        "talking_photo_sonic": "sonic"}
+                        "talking_photo_sonic": "sonic",
+                        "voice_clone_cosyvoice3": "cosyvoice"}
 
 
 def ui_template(api_name: str) -> Path:
