@@ -410,7 +410,7 @@ def without_fitted_voice(speaker: SpeakerProfile) -> SpeakerProfile:
 # (imitation.PITCH_*), but only to within its own tolerance (x/÷ 1.06), on probe speech spoken faster than the
 # user hears it (SEARCH_SPEED reads 1-6 % higher), and through Kokoro's pitch control, whose effect is not
 # exactly proportional (the f0 scale moves the predicted contour; the voice's own contour differs per scale
-# and per timbre offset). Summed, these put unseen men at +19 % and -16 % (issue 36). So after the search
+# and per timbre offset). Issue 36 measured unseen men at +19 % and -16 %. So after the search
 # the fit closes the loop: it speaks the probe with the fitted voice at speed 1, measures its listener
 # pitch, and rescales the f0 so that it meets the speaker's, at most PITCH_LOOP_STEPS times (one synthesis
 # of the probe each, bounded so the first-use fit stays under a minute), stopping once within
