@@ -303,4 +303,4 @@ def test_fit_limits_the_formants_of_a_base_voice_with_a_womans_pitch(monkeypatch
         assert result.base_voice == base
         assert (result.formant_scale <= HIGH_VOICE_FORMANT_MAX) == capped
         assert float(fitted.extras[KEY_FORMANT]) == pytest.approx(result.formant_scale)  # stored as float32
-    assert str(fitted.extras[clone.KEY_SETTINGS]).startswith("v8;")
+    assert str(fitted.extras[clone.KEY_SETTINGS]).startswith("v9;")

@@ -405,13 +405,66 @@ def without_fitted_voice(speaker: SpeakerProfile) -> SpeakerProfile:
     return plain
 
 
-# The fitted voice's median pitch must be within +-15 % of the speaker's (issue 18); the search keeps
-# it within ~6 % by construction (imitation.PITCH_*); if the measured pitch of the result is further
-# off than this (a voice whose timbre offset moved its pitch), the f0 scale is corrected once.
-# The check reads the search's own probe speech (no extra synthesis); spoken at SEARCH_SPEED it reads
-# 1-6 % higher than at speed 1 (RESULTS_voice.md), well inside the +-15 % promise.
-PITCH_CHECK_TOL = 1.08
-KEY_FITTED_PITCH = "imitation_pitch_hz"  # median F0 of the fitted voice's probe speech
+# Issue 36: the clone's pitch within +-10 % of the speaker's, measured as a listener hears it (pitch.py's
+# listener_median_f0: median YIN F0 over clearly voiced frames). The search lands near the speaker's pitch
+# (imitation.PITCH_*), but only to within its own tolerance (x/÷ 1.06), on probe speech spoken faster than the
+# user hears it (SEARCH_SPEED reads 1-6 % higher), and through Kokoro's pitch control, whose effect is not
+# exactly proportional (the f0 scale moves the predicted contour; the voice's own contour differs per scale
+# and per timbre offset). Issue 36 measured unseen men at +19 % and -16 %. So after the search
+# the fit closes the loop: it speaks the probe with the fitted voice at speed 1, measures its listener
+# pitch, and rescales the f0 so that it meets the speaker's, at most PITCH_LOOP_STEPS times (one synthesis
+# of the probe each, bounded so the first-use fit stays under a minute), stopping once within
+# PITCH_LOOP_TOL.
+PITCH_LOOP_TOL = 1.03
+PITCH_LOOP_STEPS = 2
+KEY_FITTED_PITCH = "imitation_pitch_hz"  # listener F0 of the fitted voice's probe speech at speed 1
+KEY_TARGET_PITCH = "imitation_target_pitch_hz"  # the speaker's listener F0 the fit aimed at
+
+
+def speaker_pitch(speaker: SpeakerProfile, reference: Any = None) -> float:
+    """The speaker's median F0 as the fit aims at it: measured on the reference audio with the same
+    listener estimator as the clone (a profile cached before issue 36 holds pYIN's value), else the
+    profile's."""
+    if reference is not None:
+        from .speaker import reference_pitch
+
+        wave, rate = _wave_and_rate(reference)
+        hz = reference_pitch(wave, rate, getattr(reference, "segments", None))
+        if np.isfinite(hz):
+            return hz
+    stored = speaker.extras.get(KEY_TARGET_PITCH)  # measured by an earlier fit on the audio
+    if stored is not None and np.isfinite(float(stored)):
+        return float(stored)
+    return float(speaker.pitch_hz_median)
+
+
+def _close_pitch_loop(speak: Callable[[float], np.ndarray], f0_scale: float, target_hz: float,
+                      limits: tuple[float, float] = PITCH_HARD, steps: int = PITCH_LOOP_STEPS,
+                      tol: float = PITCH_LOOP_TOL, on_synthesis: Callable[[], None] | None = None
+                      ) -> tuple[float, float, list[tuple[float, float]]]:
+    """(f0 scale, its measured listener F0, [(scale, Hz) tried]): speak(scale) -> speech at speed 1.
+    Starts at `f0_scale`; while the measured pitch is more than `tol` off `target_hz`, rescales by the ratio
+    (within `limits`), at most `steps` times. The last scale tried is kept unless an earlier one was closer."""
+    from .pitch import listener_median_f0
+
+    tried: list[tuple[float, float]] = []
+    scale = float(f0_scale)
+    for step in range(steps + 1):
+        hz = listener_median_f0(speak(scale), SAMPLE_RATE)
+        if on_synthesis:
+            on_synthesis()
+        tried.append((scale, hz))
+        if not np.isfinite(hz) or hz <= 0 or abs(np.log(hz / target_hz)) <= np.log(tol) or step == steps:
+            break
+        new = float(np.clip(scale * target_hz / hz, *limits))
+        if abs(new - scale) < 1e-4:  # at the limit of the control
+            break
+        scale = new
+    finite = [(s, h) for s, h in tried if np.isfinite(h) and h > 0]
+    if not finite:
+        return float(f0_scale), float("nan"), tried
+    best = min(finite, key=lambda item: abs(np.log(item[1] / target_hz)))
+    return best[0], best[1], tried
 
 
 def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: int = 0, language: str = "auto",
@@ -433,22 +486,23 @@ def fit_voice(speaker: SpeakerProfile, *, budget: int = DEFAULT_BUDGET, seed: in
     lang = probe_language(speaker, language)
     spectra = reference_spectra(reference, speaker.extras)
     with ProbeScorer(speaker.embedding, PROBES[lang], backend, precision, reference_ltas=spectra) as scorer:
-        return _fit(speaker, scorer, spectra, lang, budget, seed, backend, precision, progress)
+        return _fit(speaker, scorer, spectra, lang, budget, seed, backend, precision, progress, reference)
 
 
 def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.ndarray], lang: str, budget: int,
          seed: int, backend: str, precision: str,
-         progress: Callable[[int, int], None] | None) -> tuple[SpeakerProfile, ImitationResult]:
+         progress: Callable[[int, int], None] | None,
+         reference: Any = None) -> tuple[SpeakerProfile, ImitationResult]:
     from .imitation import pitch_candidates
     from .voice_pool import SHORTLIST, language_pool, shortlist
 
     voices = bundled_voices()
     pool = language_pool(voices, lang)  # the language's own voices when installed (voice_pool.py)
-    target_pitch = float(speaker.pitch_hz_median)
+    target_pitch = speaker_pitch(speaker, reference)
     has_target = np.isfinite(target_pitch) and target_pitch > 0
     n_pitch = uncached_pitch_count(pool, scorer.probe_text, backend, precision) if has_target else 0
     n_embed = uncached_embedding_count(pool, scorer.probe_text, backend, precision) if len(pool) > SHORTLIST else 0
-    total = n_pitch + n_embed + budget + 1
+    total = n_pitch + n_embed + budget + (PITCH_LOOP_STEPS + 2 if has_target else 1)
     done = 0
 
     def report(n: int) -> None:  # n syntheses done so far
@@ -494,14 +548,23 @@ def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.nda
                  voice_pitch[result.base_voice], *limits)
     report(start + budget)
     pack = result.apply(pool[result.base_voice])
-    fitted_pitch = median_pitch(scorer.speech(pack, result.f0_scale, result.formant_scale)) if has_target else float("nan")
-    if has_target and np.isfinite(fitted_pitch) and abs(np.log(fitted_pitch / target_pitch)) > np.log(PITCH_CHECK_TOL):
-        corrected = float(np.clip(result.f0_scale * target_pitch / fitted_pitch, *PITCH_HARD))
-        log.info("voice imitation: fitted pitch %.0f Hz vs speaker %.0f Hz: pitch x%.2f -> x%.2f", fitted_pitch,
-                 target_pitch, result.f0_scale, corrected)
-        result.f0_scale = corrected
-        result.similarity = scorer(pack, corrected, result.formant_scale)
-        fitted_pitch = median_pitch(scorer.speech(pack, corrected, result.formant_scale))
+    fitted_pitch = float("nan")
+    if has_target:  # issue 36: measure the fitted voice at speed 1 as a listener would, correct its f0 scale
+        calls = 0
+
+        def counted() -> None:
+            nonlocal calls
+            calls += 1
+            report(start + budget + calls)
+
+        scale, fitted_pitch, tried = _close_pitch_loop(
+            lambda f0: scorer.speech(pack, f0, result.formant_scale, speed=1.0), result.f0_scale, target_pitch,
+            on_synthesis=counted)
+        if abs(scale - result.f0_scale) > 1e-6:
+            log.info("voice imitation: fitted voice at %s for a %.0f Hz speaker: pitch x%.2f -> x%.2f",
+                     ", ".join(f"x{s:.2f} = {h:.0f} Hz" for s, h in tried), target_pitch, result.f0_scale, scale)
+            result.f0_scale = scale
+            result.similarity = scorer(pack, scale, result.formant_scale)
     report(total)
     log.info("voice imitation: best bundled voice %.3f -> imitated %.3f (%s, pitch x%.2f = %.0f Hz for a %.0f Hz "
              "speaker, formants x%.2f) after %d syntheses", result.base_similarity, result.similarity,
@@ -517,6 +580,7 @@ def _fit(speaker: SpeakerProfile, scorer: ProbeScorer, spectra: dict[str, np.nda
     fitted.extras[KEY_SIMILARITY] = np.array(result.similarity, np.float32)
     fitted.extras[KEY_BASE_SIMILARITY] = np.array(result.base_similarity, np.float32)
     fitted.extras[KEY_FITTED_PITCH] = np.array(fitted_pitch, np.float32)
+    fitted.extras[KEY_TARGET_PITCH] = np.array(target_pitch, np.float32)
     fitted.extras.pop(KEY_EQ, None)
     if "power" in spectra:
         fitted.extras[KEY_REFERENCE_LTAS] = spectra["power"]
@@ -548,7 +612,9 @@ def settings_key(budget: int, seed: int, lang: str, voices: dict[str, np.ndarray
     # v7: a female base voice's formants rise at most x1.07 (formant.formant_range; English intelligibility).
     # v8: the language's own Kokoro v1.0 voices when installed, shortlisted by cached probe embeddings;
     #     the key names the pool, so installing more voices refits.
+    # v9: the f0 scale is corrected after the search until the fitted voice's listener pitch at speed 1 is
+    #     within 3 % of the speaker's (issue 36: within +-10 % from 85 to 300 Hz).
     # Voices fitted by older versions are refitted.
     from .voice_pool import pool_tag
 
-    return f"v8;budget={budget};seed={seed};lang={lang};voices={pool_tag(voices or bundled_voices(), lang)}"
+    return f"v9;budget={budget};seed={seed};lang={lang};voices={pool_tag(voices or bundled_voices(), lang)}"

@@ -33,7 +33,7 @@ FORMAT_VERSION = 1
 # cross-speaker pairs, so its minimum falls well below 0.6, while a single speaker stays above it.
 DISAGREE_THRESHOLD = 0.6
 MIN_SPEECH_SECONDS = 3.0
-# pYIN is the costly part of a profile; 20 s of speech gives a stable median/IQR (pitch.py).
+# 20 s of speech gives a stable pitch median/IQR (pitch.py).
 PITCH_MAX_SECONDS = 20.0
 
 _EXTRA_PREFIX = "extras/"
@@ -197,22 +197,35 @@ def _read_prepared(prepared: Any) -> tuple[np.ndarray, int, list[tuple[int, int]
 
 
 def _pitch_stats(segments16k: list[np.ndarray]) -> tuple[float, float]:
-    """Median and IQR of F0 over voiced frames (pitch.py's pYIN on at most 20 s of speech)."""
-    from .pitch import voiced_f0
-
-    budget = int(PITCH_MAX_SECONDS * 16000)
-    picked, total = [], 0
-    for seg in segments16k:
-        if total >= budget:
-            break
-        picked.append(seg[: budget - total])
-        total += len(picked[-1])
-    f0_all = [voiced_f0(seg, 16000) for seg in picked]
-    f0 = np.concatenate(f0_all) if f0_all else np.zeros(0)
+    """Median and IQR of F0 over voiced frames (pitch.py's listener estimator on at most 20 s of speech)."""
+    f0 = _speech_f0(segments16k, 16000)
     if f0.size < 10:
         return float("nan"), float("nan")
     q25, q50, q75 = np.percentile(f0, [25, 50, 75])
     return float(q50), float(q75 - q25)
+
+
+def _speech_f0(pieces: list[np.ndarray], sample_rate: int) -> np.ndarray:
+    from .pitch import listener_f0
+
+    budget = int(PITCH_MAX_SECONDS * sample_rate)
+    picked, total = [], 0
+    for seg in pieces:
+        if total >= budget:
+            break
+        picked.append(seg[: budget - total])
+        total += len(picked[-1])
+    f0_all = [listener_f0(seg, sample_rate) for seg in picked]
+    return np.concatenate(f0_all) if f0_all else np.zeros(0)
+
+
+def reference_pitch(wave: np.ndarray, sample_rate: int, segments: Any = None) -> float:
+    """Median listener F0 (Hz) of a reference clip's speech (its `segments` when known, else the whole
+    clip), on at most PITCH_MAX_SECONDS of it, as the profile measures it; NaN when under 10 voiced frames."""
+    wave = np.asarray(wave, np.float32).reshape(-1)
+    spans = [(max(0, int(a)), min(len(wave), int(b))) for a, b in (segments or [(0, len(wave))])]
+    f0 = _speech_f0([wave[a:b] for a, b in spans if b > a], int(sample_rate))
+    return float(np.median(f0)) if f0.size >= 10 else float("nan")
 
 
 def extract_speaker_profile(prepared: Any, run_fn: Callable[[np.ndarray], np.ndarray] | None = None,
