@@ -113,6 +113,7 @@ def video_once(face: Path, speech: Path, out: Path, precision: str) -> dict:
     from digital_human.talking_head.render_video import render_talking_video
 
     timer = StageTimer()
+    c0 = time.process_time()  # CPU seconds of every thread of this process: what the run needed of the cores
     t0 = time.perf_counter()
     wave, rate = timer.run("decode_audio", decode_audio, speech)
     faces, fps, _ = _faces_from_file(timer, face, None, "auto", 60.0, None, _seconds(wave, rate), 0,
@@ -121,40 +122,56 @@ def video_once(face: Path, speech: Path, out: Path, precision: str) -> dict:
                     precision=precision, streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
     result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5)
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "frames": result.mux.frames_written, "audio_s": np.asarray(wave).shape[-1] / rate,
+    return {"wall_s": wall, "process_cpu_s": time.process_time() - c0, "frames": result.mux.frames_written, "audio_s": np.asarray(wave).shape[-1] / rate,
             "stages": {k: round(v, 4) for k, v in timer.seconds.items()},
             "model_timings": {k: round(v, 4) for k, v in gen.timings.items()}, "backend": gen.backend}
 
 
 def _forget() -> None:
-    from digital_human.talking_head.render_video import clear_video_caches
-    from digital_human.vision.track import clear_track_cache
+    """A first request: the video's track, kept 96x96 inputs and paste masks, paste region and smoothing masks
+    forgotten (the models stay loaded)."""
+    from digital_human.talking_head.wav2lip.crops import clear_avatar_caches
 
-    clear_track_cache()
-    clear_video_caches()
+    clear_avatar_caches()
 
 
 def video(face: Path, speech: Path, precision: str, repeats: int,
-          kinds: tuple[str, ...] = ("first_request", "repeat_request")) -> dict:
+          kinds: tuple[str, ...] = ("first_request", "repeat_request"), first_label: str = "cold") -> dict:
+    """first_label: "cold" for the process's first request; a later precision's first call (its model loaded
+    then, the face models and the video's kept data already there) is "first_call"."""
     res: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "v.mp4"
         t = time.perf_counter()
-        res["cold"] = video_once(face, speech, out, precision)
-        res["cold"]["process_s"] = time.perf_counter() - T_PROCESS
-        print("cold", json.dumps(res["cold"]), flush=True)
+        res[first_label] = video_once(face, speech, out, precision)
+        res[first_label]["process_s"] = time.perf_counter() - T_PROCESS
+        print(first_label, precision, json.dumps(res[first_label]), flush=True)
         for kind in kinds:
             runs = []
             for _ in range(repeats):
                 if kind == "first_request":
                     _forget()
                 runs.append(video_once(face, speech, out, precision))
-                print(kind, json.dumps(runs[-1]), flush=True)
+                print(kind, precision, json.dumps(runs[-1]), flush=True)
             walls = [r["wall_s"] for r in runs]
             res[kind] = {"median_wall_s": statistics.median(walls), "walls_s": walls, "last": runs[-1],
                          "realtime_factor": runs[-1]["audio_s"] / statistics.median(walls)}
         del t
     return res
+
+
+def _sample_load(report: dict) -> None:
+    """The 1-minute load average every 5 s while the run lasts (other jobs may share the machine)."""
+    import threading
+
+    samples = report.setdefault("load_average_1min_samples", [])
+
+    def work() -> None:
+        while True:
+            samples.append(round(os.getloadavg()[0], 2))
+            time.sleep(5.0)
+
+    threading.Thread(target=work, daemon=True).start()
 
 
 def main() -> None:
@@ -168,7 +185,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     ap.add_argument("--face", type=Path)
     ap.add_argument("--speech", type=Path)
-    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--precision", default="auto",
+                    help="comma list, each a video row (e.g. auto,fp32); fp32 on CUDA runs without CUDA graphs "
+                         "(the FP32 row: BatchNorms folded, eager calls; cuDNN's TF32 for convolutions left at torch's "
+                         "default, on)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kinds", default="first_request,repeat_request", help="warm runs after the cold one")
     ap.add_argument("--threads", type=int, default=0)
@@ -184,6 +204,9 @@ def main() -> None:
                     "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
     if hasattr(os, "getloadavg"):
         report["load_average_at_start"] = os.getloadavg()
+        _sample_load(report)
+    if hasattr(os, "sched_getaffinity"):
+        report["cpu_affinity"] = sorted(os.sched_getaffinity(0))
     ckpt = args.checkpoint
     if ckpt is None:
         from digital_human.engines.wav2lip.random_release import write_checkpoint
@@ -195,8 +218,14 @@ def main() -> None:
             batches = [int(b) for b in (args.batches or ("128,512" if device == "cuda" else "16")).split(",")]
             report["network"] = network(ckpt, device, settings, batches, args.seconds)
         if args.face and args.speech:
-            report["video"] = video(args.face, args.speech, args.precision, args.repeats,
-                                    tuple(k for k in args.kinds.split(",") if k))
+            kinds = tuple(k for k in args.kinds.split(",") if k)
+            for i, prec in enumerate(p for p in args.precision.split(",") if p):
+                if prec == "fp32" and device == "cuda":
+                    os.environ["DIGITAL_HUMAN_WAV2LIP_GRAPHS"] = "0"
+                row = video(args.face, args.speech, prec, args.repeats, kinds, "cold" if i == 0 else "first_call")
+                report["video" if i == 0 else f"video_{prec}"] = row
+                report.setdefault("video_precisions", []).append(prec)
+                os.environ.pop("DIGITAL_HUMAN_WAV2LIP_GRAPHS", None)
     finally:
         if hasattr(os, "getloadavg"):
             report["load_average_at_end"] = os.getloadavg()

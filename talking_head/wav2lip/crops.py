@@ -7,6 +7,14 @@ release was trained); the bottom half is zeroed and the pair [masked, reference]
 to uint8 as the reference does and warped straight into the aligned crop with the map the reference's
 cv2.resize back into the box uses. The paste mask is the box rectangle in crop space, so the shared driver (node
 path) or render_video (headless) pastes it like the other models' crops.
+
+Kept between requests ("avatar preparation", as MuseTalk's): what does not depend on the speech. Each reference
+frame's 96x96 input, for a video read from a file, under a content key (vision.content_key: the file's bytes, the
+frame index and its box); each paste mask under its box, crop transform and crop size (all it is made from); and,
+on the headless path, the paste region and smoothing masks (render_video, under GeneratedCrops.avatar_key: the
+video's key and every box). So a repeat request on the same video decodes, cuts and masks nothing, and gives the
+same frames (tests/test_wav2lip_avatar_cache.py). Both caches are bounded in bytes; clear_avatar_caches()
+forgets them.
 """
 from __future__ import annotations
 
@@ -29,10 +37,66 @@ MODEL_NAME = "wav2lip"
 BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 POOL_THREADS = max(1, min(8, os.cpu_count() or 1))
-MASK_CACHE_BYTES = 64 * 2**20
+# kept between requests, least recently used first out: inputs are 27 KB a frame (256 MiB: ~9,700 frames),
+# masks 4 * crop_size^2 bytes (1 MiB at a 512-px crop)
+AVATAR_FACE_BYTES = 256 * 2**20
+AVATAR_MASK_BYTES = 256 * 2**20
 GRAPHS_ENV = "DIGITAL_HUMAN_WAV2LIP_GRAPHS"  # "0": no CUDA graphs (eager FP16 calls)
 _POOL: Any = None
 _POOL_LOCK = threading.Lock()
+
+
+class _KeptArrays:
+    """A process-wide LRU of read-only arrays by string key, bounded in bytes."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit = limit_bytes
+        self.items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> np.ndarray | None:
+        with self.lock:
+            hit = self.items.get(key)
+            if hit is not None:
+                self.items.move_to_end(key)
+            return hit
+
+    def put(self, key: str, value: np.ndarray) -> np.ndarray:
+        value = np.array(value, copy=True) if value.base is not None or not value.flags.c_contiguous else value
+        value.flags.writeable = False  # handed to every later request: never changed in place
+        if value.nbytes > self.limit:
+            return value
+        with self.lock:
+            old = self.items.pop(key, None)
+            if old is not None:
+                self.bytes -= old.nbytes
+            self.items[key] = value
+            self.bytes += value.nbytes
+            while self.bytes > self.limit and self.items:
+                self.bytes -= self.items.popitem(last=False)[1].nbytes
+        return value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.bytes = 0
+
+
+_KEPT_FACES = _KeptArrays(AVATAR_FACE_BYTES)
+_KEPT_MASKS = _KeptArrays(AVATAR_MASK_BYTES)
+
+
+def clear_avatar_caches() -> None:
+    """Forget everything kept between requests for reference videos: face tracks, 96x96 inputs, paste masks,
+    the headless path's paste regions and smoothing masks (benchmarks measure a first request after this)."""
+    from ...vision.track import clear_track_cache
+    from ..render_video import clear_video_caches
+
+    clear_track_cache()
+    clear_video_caches()
+    _KEPT_FACES.clear()
+    _KEPT_MASKS.clear()
 
 
 def _pool():
@@ -120,50 +184,75 @@ class Wav2LipRenderer:
         # the reference smooths the boxes of every frame it read; here: of every reference frame
         self.boxes = wav2lip_boxes(track.landmarks, len(track), height, width, PADS, smooth_boxes)
         self.timings["boxes"] = time.perf_counter() - t0
+        from ...vision.content_key import digest, frames_key
+
+        # a video read from a file: its inputs are kept between requests under the file's content key; frames
+        # in memory (None) keep them in this renderer only
+        self._video_key = frames_key(track.frames)
+        self._digest = digest
         self._faces: OrderedDict[int, np.ndarray] = OrderedDict()  # r -> BGR 96x96 input
-        self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._keep = keep
         self._lock = threading.Lock()
         # composite: the crops outside the box are the reference crop's (the node path hands the crops on in
         # DH_FACES); off when streaming to the headless renderer, which pastes through the mask only
         self.composite = composite
 
-    def _kept(self, cache: OrderedDict, r: int, make: Callable[[int], np.ndarray], keep: int) -> np.ndarray:
-        with self._lock:
-            hit = cache.get(r)
-            if hit is not None:
-                cache.move_to_end(r)
-                return hit
-        made = make(r)
-        with self._lock:
-            cache[r] = made
-            while len(cache) > keep:
-                cache.popitem(last=False)
-        return made
+    def face_key(self, r: int) -> str | None:
+        """The kept-input key of reference frame r (None: frames in memory, kept in this renderer only): the
+        video's content, the frame and its box are all its input is made from."""
+        if self._video_key is None:
+            return None
+        return self._digest("wav2lip:face", self._video_key, int(r), np.asarray(self.boxes[r], np.int64))
+
+    def mask_key(self, r: int) -> str:
+        """The kept-mask key of reference frame r: its box, crop transform and the crop size (box_mask's inputs)."""
+        return self._digest("wav2lip:mask", np.asarray(self.boxes[r], np.int64),
+                            np.asarray(self.track.affines[r], np.float64), int(self.size))
+
+    def avatar_key(self) -> str | None:
+        """GeneratedCrops.avatar_key: the paste masks are functions of the boxes and the crop transforms (which
+        render_video's key adds), so a content-keyed video's region and smoothing masks can be kept."""
+        if self._video_key is None:
+            return None
+        return self._digest("wav2lip", self._video_key, np.asarray(self.boxes, np.int64))
 
     def _face_batch(self, refs: list[int]) -> np.ndarray:
-        """uint8 [k, 96, 96, 3] BGR inputs of reference frames `refs`: the frames not kept yet are read in one call
-        (a video decoded on demand reads them in order under one lock, not frame by frame from the pool's
-        threads) and cut and resized on the pool."""
+        """uint8 [k, 96, 96, 3] BGR inputs of reference frames `refs`: kept ones (this request's, or a previous
+        request's on the same video) are reused; the frames of the others are read in one call (a video decoded
+        on demand reads them in order under one lock, not frame by frame from the pool's threads) and cut and
+        resized on the pool."""
+        have: dict[int, np.ndarray] = {}
         with self._lock:
-            have = {r: self._faces[r] for r in dict.fromkeys(refs) if r in self._faces}
+            for r in dict.fromkeys(refs):
+                if r in self._faces:
+                    have[r] = self._faces[r]
+        for r in dict.fromkeys(refs):
+            if r not in have and (key := self.face_key(r)) is not None and (hit := _KEPT_FACES.get(key)) is not None:
+                have[r] = hit
         missing = [r for r in dict.fromkeys(refs) if r not in have]
         if missing:
             frames = self.track.frames[np.asarray(missing, np.int64)]
             made = self._map(lambda i: face_input(frames[i], self.boxes[missing[i]])[..., ::-1],
                              list(range(len(missing))))
-            with self._lock:
-                for r, face in zip(missing, made):
-                    have[r] = self._faces[r] = face
-                while len(self._faces) > self._keep:
-                    self._faces.popitem(last=False)
+            for r, face in zip(missing, made):
+                key = self.face_key(r)
+                have[r] = face if key is None else _KEPT_FACES.put(key, face)
+        with self._lock:
+            for r in missing:
+                if self.face_key(r) is None:
+                    self._faces[r] = have[r]
+            while len(self._faces) > self._keep:
+                self._faces.popitem(last=False)
         return np.stack([have[r] for r in refs])
 
     def mask(self, r: int) -> np.ndarray:
-        # masks kept up to MASK_CACHE_BYTES (a long video's every mask would grow with its length)
-        keep = max(16, MASK_CACHE_BYTES // (4 * self.size * self.size))
-        return self._kept(self._masks, int(r), lambda i: box_mask(self.boxes[i], self.track.affines[i], self.size),
-                          keep)
+        """float32 [S, S] paste mask of reference frame r, kept between requests (AVATAR_MASK_BYTES); read-only."""
+        r = int(r)
+        key = self.mask_key(r)
+        hit = _KEPT_MASKS.get(key)
+        if hit is None:
+            hit = _KEPT_MASKS.put(key, box_mask(self.boxes[r], self.track.affines[r], self.size))
+        return hit
 
     def _map(self, fn: Callable[[int], Any], items: list[int]) -> list:
         if len(items) < 4 or POOL_THREADS == 1:
@@ -281,6 +370,7 @@ def wav2lip_crops(track, audio: np.ndarray, sample_rate: int, fps: float | None 
                          backend=f"torch-{device} {prec}{' graphs' if graphs else ''} ({files.kind}.pth)",
                          timings=timings, warnings=warnings,
                          render=renderer.render, mask_of=renderer.mask, renders_landmarks=False,
+                         avatar_key=renderer.avatar_key(),
                          notes={"checkpoint": str(files.checkpoint)})
     return gen.finished(streaming, progress, should_stop, batch=max(batch_size, 16))
 
