@@ -134,6 +134,33 @@ LAYOUTS = {
                      ("Voice: the video's own sound -> cloned voice -> speech", ["2", "3"], "#2a4858")],
                     [("Wav2Lip lip-sync and video: lips from the speech -> MP4", ["5"], "#4a2a58")]],
     },
+    "lipsync_video_latentsync": {
+        "note": ["## Lip-sync a video with LatentSync", "A talking video of the person says your text in their "
+                 "voice: LatentSync (ByteDance; latent diffusion on Stable Diffusion 1.5's UNet, whisper tiny "
+                 "speech features) redraws the mouth of every frame from the speech, 16 frames at a time (no "
+                 "training). The slowest and best-looking lip-sync of the pack: 1.6 works at 512x512 (about 18 GB "
+                 "of GPU memory), 1.5 at 256x256 (about 8 GB).",
+                 "**Needs your LatentSync files** (nothing is downloaded): under `models/digital_human/latentsync/` "
+                 "in the release's own layout - `latentsync_unet.pt` and `whisper/tiny.pt` "
+                 "(huggingface.co/ByteDance/LatentSync-1.6, or -1.5), `configs/unet/stage2_512.yaml` (1.6; or "
+                 "`stage2.yaml` for 1.5) and `latentsync/utils/mask.png` (github.com/bytedance/LatentSync, same "
+                 "paths), `sd-vae-ft-mse/` (config.json and diffusion_pytorch_model.safetensors or .bin, "
+                 "stabilityai/sd-vae-ft-mse) - and the extra once: `pip install diffusers transformers pyyaml` "
+                 "(versions in the pack's pyproject, extra `latentsync`). Without them the prompt is refused when "
+                 "queued, with the list of what is missing. `python -m digital_human setup --check latentsync` says "
+                 "what is present. Settings by environment: DIGITAL_HUMAN_LATENTSYNC_STEPS (20), "
+                 "DIGITAL_HUMAN_LATENTSYNC_GUIDANCE (1.5), DIGITAL_HUMAN_LATENTSYNC_CONFIG (`stage2` picks 1.5).",
+                 "**Licences**: LatentSync code Apache-2.0; its weights under the licence on their Hugging Face "
+                 "model card (reported as CreativeML Open RAIL++-M: use, commercial included, under use-based "
+                 "restrictions passed on with the weights - read the card before use); sd-vae-ft-mse MIT; whisper "
+                 "tiny MIT.", SETUP_LINE,
+                 "**Video** (Load Reference Video): upload the talking video (mp4, mov, webm, mkv; any length, it "
+                 "loops ping-pong under longer speech). Its sound is the reference voice and its frame rate the one "
+                 "clock.", MODELS_TEXT, SAMPLES_TEXT],
+        "columns": [[("Face: video -> aligned faces", ["1", "4"], "#5a4a2a"),
+                     ("Voice: the video's own sound -> cloned voice -> speech", ["2", "3"], "#2a4858")],
+                    [("LatentSync lip-sync and video: lips from the speech -> MP4", ["5"], "#4a2a58")]],
+    },
     "talking_photo_sonic": {
         "note": ["## Talking photo with Sonic", "One photo says your text in the cloned voice with Sonic (CVPR 2025, "
                  "on Stable Video Diffusion): lips, head and expression all move. The video is Sonic's own square "

@@ -10,6 +10,8 @@ renders what each template makes with the pack's own CLI on the sample inputs th
 - lipsync_video_musetalk: the same frame with a caption saying the template needs the user's MuseTalk files
 - lipsync_video_wav2lip: the same frame, its caption saying the template needs the user's Wav2Lip checkpoint
   (the pack ships none, so it cannot show MuseTalk's own output);
+- lipsync_video_latentsync: the same frame, its caption saying the template needs the user's LatentSync files
+  (the pack ships none either);
 - talking_photo_sonic: the sample portrait with a caption saying the template needs the user's Sonic files
   (non-commercial licences; the pack ships none, so it cannot show Sonic's own output);
 - voice_only: the waveform of `digital-human speak` of the template's text in the sample voice;
@@ -129,7 +131,8 @@ def main() -> None:
             photo_frame = Image.fromarray(_most_open_mouth(_frames(video)))
             for name in wanted & {"clone_from_photo", "clone_from_photo_fast"}:
                 _save(photo_frame, name)
-        if wanted & {"clone_from_video", "lipsync_video_musetalk", "lipsync_video_wav2lip"}:
+        if wanted & {"clone_from_video", "lipsync_video_musetalk", "lipsync_video_wav2lip",
+                     "lipsync_video_latentsync"}:
             talking_frame = Image.fromarray(_most_open_mouth(_frames(samples / TALKING)))
             if "clone_from_video" in wanted:
                 _save(talking_frame, "clone_from_video")
@@ -139,6 +142,9 @@ def main() -> None:
             if "lipsync_video_wav2lip" in wanted:
                 _save(_captioned(talking_frame, "Wav2Lip lip-sync - needs your Wav2Lip checkpoint"),
                       "lipsync_video_wav2lip")
+            if "lipsync_video_latentsync" in wanted:
+                _save(_captioned(talking_frame, "LatentSync lip-sync - needs your LatentSync files"),
+                      "lipsync_video_latentsync")
         if "voice_only" in wanted:
             speech = Path(tmp) / "speech.wav"
             _pack("speak", "--voice", str(samples / VOICE), "--no-imitate", "--text", _tts_text("voice_only"),

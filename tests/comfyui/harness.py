@@ -46,6 +46,7 @@ TEMPLATE_TITLES = {
     "lipsync_video_wav2lip": "Lip-sync a video with Wav2Lip - needs your Wav2Lip checkpoint",
     "talking_photo_sonic": "Talking photo with Sonic - needs your Sonic files (non-commercial)",
     "voice_clone_cosyvoice3": "Voice clone with CosyVoice 3 - needs your Fun-CosyVoice3 files",
+    "lipsync_video_latentsync": "Lip-sync a video with LatentSync - needs your LatentSync files",
 }
 # Workflows that run the user's own checkpoints (nothing is downloaded): without the files they are refused
 # when queued, naming the missing files; test_comfyui_musetalk.py / test_comfyui_cosyvoice.py run them against
@@ -53,7 +54,8 @@ TEMPLATE_TITLES = {
 USER_FILES_WORKFLOWS = {"lipsync_video_musetalk": "musetalk", "voice_clone_cosyvoice": "cosyvoice",
                         "lipsync_video_wav2lip": "wav2lip",
                         "talking_photo_sonic": "sonic",
-                        "voice_clone_cosyvoice3": "cosyvoice"}
+                        "voice_clone_cosyvoice3": "cosyvoice",
+                        "lipsync_video_latentsync": "latentsync"}
 
 
 def ui_template(api_name: str) -> Path:
@@ -104,10 +106,12 @@ def prepare_base_dir(base: Path, comfy_dir: Path, models_dir: Path | None = None
 
 @contextlib.contextmanager
 def server_with_user_files(comfy_dir: Path, models_root: Path, scratch: Callable[[str], Path], folder: str,
-                           write: Callable[[Path], Any], python: str | None = None) -> Iterator["ComfyServer"]:
+                           write: Callable[[Path], Any], python: str | None = None,
+                           env: dict[str, str] | None = None) -> Iterator["ComfyServer"]:
     """A second ComfyUI whose models folder is the setup's (linked entry by entry, the voice cache included)
     plus `write(root)`'s user files under `folder` (a release laid out like the real one, random weights).
-    scratch: makes a fresh temporary folder from a name (pytest's tmp_path_factory.mktemp)."""
+    scratch: makes a fresh temporary folder from a name (pytest's tmp_path_factory.mktemp).
+    env: more environment for the server (a model's documented settings, e.g. fewer diffusion steps)."""
     root = scratch(f"{folder}-models")
     for entry in models_root.iterdir():
         if entry.name != folder:
@@ -115,7 +119,8 @@ def server_with_user_files(comfy_dir: Path, models_root: Path, scratch: Callable
     write(root)
     base = prepare_base_dir(scratch(f"comfy-base-{folder}"), comfy_dir)
     server = ComfyServer(comfy_dir, base, python=python or os.environ.get("COMFYUI_PYTHON", sys.executable),
-                         log_path=ARTIFACTS / f"comfyui-server-{folder}.log", env={"DIGITAL_HUMAN_MODELS": str(root)})
+                         log_path=ARTIFACTS / f"comfyui-server-{folder}.log",
+                         env={**(env or {}), "DIGITAL_HUMAN_MODELS": str(root)})
     server.start()
     try:
         yield server
