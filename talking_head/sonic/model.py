@@ -89,7 +89,8 @@ def sonic_frames(faces: Any, wave: Any, rate: int, fps: float, *, backend: str =
         vram = _auto_vram(device)
     settings = SonicSettings(steps=int(steps), appearance_guidance=float(appearance_guidance),
                              audio_guidance=float(audio_guidance), dynamic_scale=float(dynamic_scale),
-                             seed=int(seed), resolution=int(resolution), vram=vram)
+                             seed=int(seed), resolution=int(resolution), vram=vram,
+                             window_batch=0)  # a step's windows batched as far as the GPU has room
     latents = SonicLatents(nets, framing, resample_to_16k(audio, rate), settings, progress=progress,
                            should_stop=should_stop)
     made = SonicFrames(latents)
