@@ -149,7 +149,7 @@ class SonicLatents:
         self.latents = latents_all
         return latents_all
 
-    def _windows_per_call(self, count: int, h: int, w: int) -> int:
+    def _windows_per_call(self, count: int, h: int, w: int) -> int:  # h, w: latent size
         """window_batch, or for 0: every window of a step when the GPU has room (about 6 GiB per window of 25
         frames with its three branches at 512x512 FP16, scaled by the latent area), at least one."""
         want = int(self.settings.window_batch)
