@@ -61,23 +61,32 @@ def load_networks(files: SonicFiles, device: str | torch.device = "cpu", dtype: 
                               WhisperFeatureExtractor, WhisperModel)
 
     device = torch.device(device)
-    unet = _config(make_sonic_unet_class(), files.unet_config)
+    if files.svd_checkpoint is not None:
+        # ComfyUI's single-file svd_xt*.safetensors: SVD-XT's published configs, the VAE and image encoder
+        # renamed strictly from Stability's original names (single_file.py)
+        from .random_release import SCHEDULER_CONFIG, clip_config, unet_config, vae_config
+        from .single_file import load_parts
+
+        unet = make_sonic_unet_class().from_config(unet_config(reduced=False))
+        vae, clip = load_parts(files.svd_checkpoint, vae_config(reduced=False), clip_config(reduced=False))
+        scheduler_config = dict(SCHEDULER_CONFIG)
+    else:
+        unet = _config(make_sonic_unet_class(), files.unet_config)
+        vae = _config(AutoencoderKLTemporalDecoder, files.vae_config)
+        _load_strict(vae, read_state_dict(files.vae_weights), files.vae_weights, "SVD temporal VAE")
+        try:
+            clip = CLIPVisionModelWithProjection(CLIPVisionConfig(**read_json(files.clip_config)))
+        except Exception as exc:
+            raise SonicWeightsError(f"{files.clip_config} is not a CLIP vision config ({exc})") from exc
+        clip_state = read_state_dict(files.clip_weights)
+        # transformers keeps position_ids as a buffer that releases may or may not hold
+        clip_state.pop("vision_model.embeddings.position_ids", None)
+        expected = {k: tuple(v.shape) for k, v in clip.state_dict().items() if not k.endswith("position_ids")}
+        check_state_dict(clip_state, expected, files.clip_weights, "SVD image encoder (CLIP ViT-H/14 vision)")
+        clip.load_state_dict(clip_state, strict=False)
+        scheduler_config = read_json(files.scheduler_config)
     add_audio_processors(unet, ip_audio_scale)
     _load_strict(unet, read_state_dict(files.unet), files.unet, "Sonic UNet (SVD-XT + audio adapters)")
-
-    vae = _config(AutoencoderKLTemporalDecoder, files.vae_config)
-    _load_strict(vae, read_state_dict(files.vae_weights), files.vae_weights, "SVD temporal VAE")
-
-    try:
-        clip = CLIPVisionModelWithProjection(CLIPVisionConfig(**read_json(files.clip_config)))
-    except Exception as exc:
-        raise SonicWeightsError(f"{files.clip_config} is not a CLIP vision config ({exc})") from exc
-    clip_state = read_state_dict(files.clip_weights)
-    # transformers keeps position_ids as a buffer that releases may or may not hold
-    clip_state.pop("vision_model.embeddings.position_ids", None)
-    expected = {k: tuple(v.shape) for k, v in clip.state_dict().items() if not k.endswith("position_ids")}
-    check_state_dict(clip_state, expected, files.clip_weights, "SVD image encoder (CLIP ViT-H/14 vision)")
-    clip.load_state_dict(clip_state, strict=False)
 
     try:
         wcfg = WhisperConfig(**read_json(files.whisper_dir / "config.json"))
@@ -102,7 +111,6 @@ def load_networks(files: SonicFiles, device: str | torch.device = "cpu", dtype: 
     ifnet = IFNet(int(width.shape[0]) if width is not None else 90)
     _load_strict(ifnet, flow_state, files.flownet, "RIFE HDv3 IFNet")
 
-    scheduler_config = read_json(files.scheduler_config)
     clip_processor = CLIPImageProcessor()  # the reference's own choice: CLIP's defaults, not the folder's config
     whisper_features = WhisperFeatureExtractor(**read_json(files.whisper_dir / "preprocessor_config.json"))
     for m in (unet, vae, clip):

@@ -40,8 +40,9 @@ MODEL = TalkingHeadModel(
     summary="Sonic (CVPR 2025, on Stable Video Diffusion) from the release files you placed: the whole head moves "
             "(NON-COMMERCIAL: Sonic weights CC BY-NC-SA 4.0, SVD-XT under Stability AI's non-commercial community "
             "licence)",
-    needs="the Sonic release under models/digital_human/sonic/ (Sonic/, RIFE/, stable-video-diffusion-img2vid-xt/, "
-          "whisper-tiny/) and `pip install .[sonic]`",
+    needs="the Sonic release under models/digital_human/sonic/ (Sonic/, RIFE/, whisper-tiny/, and SVD-XT as "
+          "stable-video-diffusion-img2vid-xt/ there or ComfyUI's models/checkpoints/svd_xt*.safetensors) and "
+          "`pip install .[sonic]`",
     speech_features="whisper-tiny encoder states: 10-frame token windows and 50-frame motion windows per video frame",
     crop_size="the reference's expanded square face crop at 512 px on the short side (multiples of 64)",
     generate=_generate, problem=_problem, kind="whole-frame", options=OPTIONS, extra="sonic",

@@ -89,13 +89,17 @@ def sonic_frames(faces: Any, wave: Any, rate: int, fps: float, *, backend: str =
         vram = _auto_vram(device)
     settings = SonicSettings(steps=int(steps), appearance_guidance=float(appearance_guidance),
                              audio_guidance=float(audio_guidance), dynamic_scale=float(dynamic_scale),
-                             seed=int(seed), resolution=int(resolution), vram=vram)
+                             seed=int(seed), resolution=int(resolution), vram=vram,
+                             window_batch=0)  # a step's windows batched as far as the GPU has room
     latents = SonicLatents(nets, framing, resample_to_16k(audio, rate), settings, progress=progress,
                            should_stop=should_stop)
     made = SonicFrames(latents)
     if made.count < 1:
         raise ValueError("the speech is shorter than one Sonic frame (0.08 s)")
-    calls = settings.steps * -(-latents.count // 25) * (3 if vram == "low" else 1)
+    windows = -(-latents.count // 25)
+    per_call = 1 if vram == "low" else latents._windows_per_call(windows, framing.image.shape[0] // 8,
+                                                                 framing.image.shape[1] // 8)
+    calls = settings.steps * -(-windows // per_call) * (3 if vram == "low" else 1)
     if device == "cpu":
         warnings.append(f"sonic on the CPU: {calls} UNet calls of 25 frames at {framing.image.shape[1]}x"
                         f"{framing.image.shape[0]}; with the full SVD-XT UNet that is minutes per call")

@@ -31,6 +31,7 @@ class SonicSettings:
     resolution: int = 512             # short side of the model's frames
     interpolate: bool = True          # RIFE to 25 fps
     vram: str = "auto"                # auto / high (branches batched) / low (branches one by one, offloading)
+    window_batch: int = 1             # a step's windows per UNet call (they are independent); 0 = as memory allows
 
 
 def whisper_states(nets, wave16k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -121,50 +122,71 @@ class SonicLatents:
         mask = torch.from_numpy(self.framing.mask.copy())[None, None].to(dev, dt)
         zero_ctx = torch.zeros_like(image_embeds)
         windows = list(range(0, n, WINDOW_FRAMES))
+        per_call = 1 if s.vram == "low" else self._windows_per_call(len(windows), h, w)
         total, done = s.steps * len(windows), 0
         for i in range(s.steps):
             t, sigma, sigma_next = timesteps[i], sigmas[i], sigmas[i + 1]
             pred = torch.zeros_like(latents_all)
             counter = torch.zeros((1, n, 1, 1, 1), dtype=latents_all.dtype, device=dev)
-            for start in windows:
+            # a step's windows all read the same latents_all: several go through the UNet in one batch
+            for g0 in range(0, len(windows), per_call):
                 if self.should_stop is not None and self.should_stop():
                     raise InterruptedError(f"Sonic interrupted at step {i + 1} of {s.steps}")
-                idx = [(start - i * SHIFT_OFFSET + k) % n for k in range(WINDOW_FRAMES)]
-                lat = latents_all[:, idx]
-                v = self._guided(lat, t, sigma, image_lat, image_embeds, zero_ctx, cond[idx], uncond, buckets[idx], mask)
+                idxs = [[(start - i * SHIFT_OFFSET + k) % n for k in range(WINDOW_FRAMES)]
+                        for start in windows[g0:g0 + per_call]]
+                lat = torch.cat([latents_all[:, idx] for idx in idxs])
+                v = self._guided(lat, t, sigma, image_lat, image_embeds, zero_ctx, [cond[idx] for idx in idxs],
+                                 uncond, [buckets[idx] for idx in idxs], mask)
                 lat = self._euler(lat, v, sigma, sigma_next)
-                for k, p in enumerate(idx):
-                    pred[:, p] += lat[:, k]
-                    counter[:, p] += 1
-                done += 1
+                for g, idx in enumerate(idxs):
+                    for k, p in enumerate(idx):
+                        pred[:, p] += lat[g:g + 1, k]
+                        counter[:, p] += 1
+                done += len(idxs)
                 if self.progress is not None:
                     self.progress(done, total)
             latents_all = pred / counter
         self.latents = latents_all
         return latents_all
 
-    def _guided(self, lat, t, sigma, image_lat, image_embeds, zero_ctx, cond, uncond, buckets, mask):
+    def _windows_per_call(self, count: int, h: int, w: int) -> int:  # h, w: latent size
+        """window_batch, or for 0: every window of a step when the GPU has room (about 6 GiB per window of 25
+        frames with its three branches at 512x512 FP16, scaled by the latent area), at least one."""
+        want = int(self.settings.window_batch)
+        if want > 0:
+            return min(want, count)
+        if self.nets.device.type != "cuda":
+            return 1
+        free, _total = torch.cuda.mem_get_info(self.nets.device)
+        per_window = 6 * 2**30 * (h * w) / (64 * 64) * (2 if self.nets.dtype == torch.float32 else 1)
+        return max(1, min(count, int((free - 2 * 2**30) // per_window)))
+
+    def _guided(self, lat, t, sigma, image_lat, image_embeds, zero_ctx, conds, uncond, buckets, mask):
+        """The guided v-prediction of G windows [G, F, 4, h, w] (conds / buckets: one per window)."""
         nets, s = self.nets, self.settings
         dev, dt = nets.device, nets.dtype
-        f = lat.shape[1]
+        g, f = lat.shape[:2]
         scaled = lat / ((sigma.to(lat.device) ** 2 + 1) ** 0.5)
-        bucket = buckets.mean(dim=0).reshape(-1)  # the window's mean motion, two values
-        time_ids = torch.tensor([[MODEL_FPS, float(bucket[0]) * s.dynamic_scale,
-                                  float(bucket[1]) * s.dynamic_scale]], dtype=dt, device=dev)
-        img = image_lat.unsqueeze(1).expand(1, f, *image_lat.shape[1:])
+        rows = []
+        for bk in buckets:
+            bucket = bk.mean(dim=0).reshape(-1)  # the window's mean motion, two values
+            rows.append([MODEL_FPS, float(bucket[0]) * s.dynamic_scale, float(bucket[1]) * s.dynamic_scale])
+        time_ids = torch.tensor(rows, dtype=dt, device=dev)                     # [G, 3]
+        img = image_lat.unsqueeze(1).expand(g, f, *image_lat.shape[1:])
+        no_audio = uncond.expand(g * f, -1, -1)
         branches = [  # (image latents, image context, audio tokens): no image, no audio, everything
-            (torch.zeros_like(img), zero_ctx, uncond.expand(f, -1, -1)),
-            (img, image_embeds, uncond.expand(f, -1, -1)),
-            (img, image_embeds, cond),
+            (torch.zeros_like(img), zero_ctx, no_audio),
+            (img, image_embeds, no_audio),
+            (img, image_embeds, torch.cat(conds)),
         ]
         tt = t.to(dev, dt)
 
         def call(parts):
             b = len(parts)
             sample = torch.cat([torch.cat([scaled, p[0]], dim=2) for p in parts])
-            ctx = torch.cat([p[1].reshape(1, 1, -1).expand(f, 1, -1) for p in parts]).to(dt)
+            ctx = torch.cat([p[1].reshape(1, 1, -1).expand(g * f, 1, -1) for p in parts]).to(dt)
             audio = torch.cat([p[2] for p in parts]).to(dt)
-            return nets.unet(sample.to(dt), tt, ctx, audio, time_ids.expand(b, -1), mask)
+            return nets.unet(sample.to(dt), tt, ctx, audio, time_ids.repeat(b, 1), mask)
 
         if s.vram == "low":
             out = torch.cat([call([p]) for p in branches])
