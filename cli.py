@@ -92,7 +92,7 @@ def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
                        instruction=args.instruction or "")
     timer.seconds.update({f"tts.{k}": v for k, v in result["timings"].items()})
     return {"outputs": [str(result["path"])], "backend": result["backend"], "engine": result["engine"],
-            "timings": timer.seconds,
+            "voice": result["voice"], "timings": timer.seconds,
             "audio_seconds": result["audio_seconds"], "rtf": result["rtf"], "warnings": result["warnings"],
             "embed": embed_report.get("backend")}
 
