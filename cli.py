@@ -283,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--fast-path", action="store_true", default=None,
                        help=f"the engine's CUDA fast path where it has one (cosyvoice2, cosyvoice3). {COSYVOICE_COST}")
     speak.add_argument("--engine", default="kokoro", choices=list(ENGINES),
-                       help="TTS engine (cosyvoice-auto: cosyvoice3 when its folder is complete, else cosyvoice2; cosyvoice2 / cosyvoice3 need the user's CosyVoice2-0.5B / Fun-CosyVoice3-0.5B "
+                       help="TTS engine (cosyvoice-auto: cosyvoice3 when its folder is complete, else cosyvoice2; "
+                            "cosyvoice2 / cosyvoice3 need the user's CosyVoice2-0.5B / Fun-CosyVoice3-0.5B "
                             "folder and the [cosyvoice] extra, see docs/optional-parts.md, docs/cosyvoice3.md)")
     speak.add_argument("--stream", action="store_true", help="write audio chunk by chunk as it is synthesized")
     speak.add_argument("--instruction", default="",
