@@ -88,9 +88,11 @@ def _cmd_speak(args: argparse.Namespace) -> dict[str, Any]:
         return _speak_streaming(timer, args, text, speaker, embed_report)
     result = timer.run("tts", TRT_TTS().synthesize_to_file, text=text, speaker=speaker, out_path=Path(args.out),
                        language=args.language, speed=args.speed, seed=args.seed, backend=args.backend,
-                       voice=args.base_voice, engine=args.engine, fast_path=args.fast_path)
+                       voice=args.base_voice, engine=args.engine, fast_path=args.fast_path,
+                       instruction=args.instruction or "")
     timer.seconds.update({f"tts.{k}": v for k, v in result["timings"].items()})
-    return {"outputs": [str(result["path"])], "backend": result["backend"], "timings": timer.seconds,
+    return {"outputs": [str(result["path"])], "backend": result["backend"], "engine": result["engine"],
+            "voice": result["voice"], "timings": timer.seconds,
             "audio_seconds": result["audio_seconds"], "rtf": result["rtf"], "warnings": result["warnings"],
             "embed": embed_report.get("backend")}
 
@@ -102,13 +104,15 @@ def _speak_streaming(timer: StageTimer, args: argparse.Namespace, text: str, spe
 
     from .voice.engines import engine_options, get_engine
 
-    engine = get_engine(args.engine, **engine_options(args.engine, args.fast_path))
+    engine = get_engine(args.engine, **engine_options(args.engine, args.fast_path))  # a choice: the one it picks
+    extra = {"instruction": args.instruction} if (args.instruction or "").strip() else {}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     first, samples = None, 0
     with atomic_path(out) as partial, sf.SoundFile(str(partial), "w", engine.sample_rate, 1, "PCM_16", format="WAV") as wav:
-        for piece in engine.stream(text, speaker, language=args.language, speed=args.speed, seed=args.seed):
+        for piece in engine.stream(text, speaker, language=args.language, speed=args.speed, seed=args.seed,
+                                   **extra):
             wav.write(piece)
             wav.flush()
             samples += len(piece)
@@ -118,7 +122,7 @@ def _speak_streaming(timer: StageTimer, args: argparse.Namespace, text: str, spe
                               "elapsed": round(time.perf_counter() - start, 3)}), file=sys.stderr, flush=True)
     timer.seconds["tts"] = round(time.perf_counter() - start, 4)
     audio_seconds = samples / engine.sample_rate
-    return {"outputs": [str(out)], "backend": args.engine, "timings": timer.seconds,
+    return {"outputs": [str(out)], "backend": args.engine, "engine": engine.name, "timings": timer.seconds,
             "audio_seconds": round(audio_seconds, 3), "first_audio_s": None if first is None else round(first, 3),
             "rtf": round(timer.seconds["tts"] / max(audio_seconds, 1e-9), 4), "warnings": [],
             "embed": embed_report.get("backend")}
@@ -279,9 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--fast-path", action="store_true", default=None,
                        help=f"the engine's CUDA fast path where it has one (cosyvoice2, cosyvoice3). {COSYVOICE_COST}")
     speak.add_argument("--engine", default="kokoro", choices=list(ENGINES),
-                       help="TTS engine (cosyvoice2 / cosyvoice3 need the user's CosyVoice2-0.5B / Fun-CosyVoice3-0.5B "
+                       help="TTS engine (cosyvoice-auto: cosyvoice3 when its folder is complete, else cosyvoice2; "
+                            "cosyvoice2 / cosyvoice3 need the user's CosyVoice2-0.5B / Fun-CosyVoice3-0.5B "
                             "folder and the [cosyvoice] extra, see docs/optional-parts.md, docs/cosyvoice3.md)")
     speak.add_argument("--stream", action="store_true", help="write audio chunk by chunk as it is synthesized")
+    speak.add_argument("--instruction", default="",
+                       help="CosyVoice 3 only: a speaking style / dialect instruction (e.g. 'Speak slowly.', "
+                            "'请用广东话表达。'), in place of the reference transcript; other engines refuse it")
     speak.set_defaults(func=_cmd_speak)
 
     align = sub.add_parser("align", help="photo/video -> aligned faces (.npz) + preview PNG")

@@ -329,6 +329,13 @@ def check_optional_parts(args: Any) -> None:
                 check(value)
             except PreflightError as exc:
                 problems.append(str(exc))
+    engine, instruction = getattr(args, "engine", None), getattr(args, "instruction", None)
+    if engine and instruction:  # an instruction for an engine without instruct mode: refused before any work
+        from .voice.engines import instruction_problem
+
+        problem = instruction_problem(engine, instruction)
+        if problem:
+            problems.append(f"--{problem}")
     if problems:
         raise PreflightError("\n".join(problems))
 

@@ -163,9 +163,10 @@ class ExtractSpeakerEmbedding:
             from ..voice.engines import get_engine
 
             start = time.perf_counter()
-            speaker = get_engine(engine).prepare_speaker(prepared, reference_text, speaker)
-            timings[f"prepare_{engine}"] = time.perf_counter() - start
-            lines.append(f"voice: prepared for {engine}")
+            tts = get_engine(engine)  # a choice (cosyvoice-auto): the engine it picks, whose name keys the state
+            speaker = tts.prepare_speaker(prepared, reference_text, speaker)
+            timings[f"prepare_{tts.name}"] = time.perf_counter() - start
+            lines.append(f"voice: prepared for {tts.name}" + (f" (picked by {engine})" if tts.name != engine else ""))
         elif imitate and not has_fitted_voice(speaker, budget, seed, "auto", reference=prepared):
             start = time.perf_counter()
             bar: list[Progress] = []  # made on the first report: fit_voice knows the total (budget + checks)
@@ -252,12 +253,18 @@ class TRT_TTS:
             },
             "optional": {"speaker": ("DH_SPEAKER",),
                          "engine": (_engine_names(), {"default": "kokoro", "tooltip": ENGINE_TOOLTIP}),
-                         "fast_path": ("BOOLEAN", {"default": False, "tooltip": _fast_path_tooltip()})},
+                         "fast_path": ("BOOLEAN", {"default": False, "tooltip": _fast_path_tooltip()}),
+                         # appended last: UI workflows keep their widgets' positions
+                         "instruction": ("STRING", {"multiline": True, "default": "",
+                                                    "tooltip": INSTRUCTION_TOOLTIP})},
         }
 
     @classmethod
-    def VALIDATE_INPUTS(cls, engine: str = "kokoro") -> bool | str:
-        return _engine_files_ok(engine)
+    def VALIDATE_INPUTS(cls, engine: str = "kokoro", instruction: str = "") -> bool | str:
+        from ..voice.engines import instruction_problem
+
+        problem = instruction_problem(engine, instruction)
+        return problem if problem else _engine_files_ok(engine)
 
     RETURN_TYPES = ("AUDIO", "STRING")
     RETURN_NAMES = ("speech", "report")
@@ -266,12 +273,13 @@ class TRT_TTS:
 
     def speak(self, text: str, language: str = "auto", speed: float = 1.0, seed: int = 0,
               imitation_strength: float = 1.0, base_voice: str = "auto", backend: str = "auto",
-              precision: str = "auto", speaker: Any = None, engine: str = "kokoro", fast_path: bool = False):
+              precision: str = "auto", speaker: Any = None, engine: str = "kokoro", fast_path: bool = False,
+              instruction: str = ""):
         from ..audio import to_comfy_audio
         from ..audio.phone_channel import with_phones
 
         result = self._synthesize(text, speaker, language, speed, imitation_strength, base_voice, backend, precision,
-                                  seed=seed, engine=engine, fast_path=fast_path)
+                                  seed=seed, engine=engine, fast_path=fast_path, instruction=instruction)
         report = self._report(result)
         ui = {"audio": [_save_preview(result.waveform, result.sample_rate)], "text": [report]}
         # the TTS's phone timings ride along (audio/phone_channel.py): the talking head times its visemes by them
@@ -281,28 +289,38 @@ class TRT_TTS:
     def synthesize_to_file(self, text: str, speaker: Any, out_path: Path, language: str = "auto",
                            speed: float = 1.0, seed: int = 0, backend: str = "auto",
                            voice: str = "auto", imitation_strength: float = 1.0,
-                           engine: str = "kokoro", fast_path: bool | None = None) -> dict[str, Any]:
+                           engine: str = "kokoro", fast_path: bool | None = None,
+                           instruction: str = "") -> dict[str, Any]:
         """CLI entry: same synthesis, written atomically to a WAV file."""
         start = time.perf_counter()
         result = self._synthesize(text, speaker, language, speed, imitation_strength, voice, backend, "auto",
-                                  seed=seed, engine=engine, fast_path=fast_path)
+                                  seed=seed, engine=engine, fast_path=fast_path, instruction=instruction)
         elapsed = time.perf_counter() - start
         path = _write_wav_atomic(Path(out_path), result.waveform, result.sample_rate)
         return {"path": path, "backend": result.backend, "timings": result.timings, "warnings": result.warnings,
                 "audio_seconds": round(result.audio_seconds, 3), "rtf": round(elapsed / result.audio_seconds, 4),
-                "voice": result.voice}
+                "voice": result.voice, "engine": result.engine or engine}
 
     def _synthesize(self, text, speaker, language, speed, strength, base_voice, backend, precision,
-                    seed: int = 0, engine: str = "kokoro", fast_path: bool | None = None):
+                    seed: int = 0, engine: str = "kokoro", fast_path: bool | None = None, instruction: str = ""):
+        from ..voice.engines import instruction_problem
         from ..voice.tts import synthesize_speech
 
+        problem = instruction_problem(engine, instruction)  # before any work: Kokoro has no instruct mode
+        if problem:
+            raise ValueError(problem)
         if engine != "kokoro":
-            from ..voice.engines import engine_options, get_engine
+            from ..voice.engines import engine_options, get_engine, resolve_engine
 
+            picked, why = resolve_engine(engine)
+            if why:
+                log.info("[digital_human] TTS engine %s -> %s: %s", engine, picked, why)
             # fast_path: the engine's CUDA fast path (its variable overrides the switch; fast_path.py)
             options = engine_options(engine, fast_path)
-            result = get_engine(engine, **options).synthesize(text, speaker, language=language, speed=speed,
-                                                              seed=seed)
+            extra = {"instruction": instruction} if instruction.strip() else {}
+            result = get_engine(picked, **options).synthesize(text, speaker, language=language, speed=speed,
+                                                              seed=seed, **extra)
+            result.engine = f"{picked} (picked by {engine}: {why})" if why else picked
             if fast_path and not options and isinstance(getattr(result, "warnings", None), list):
                 result.warnings.append(f"{engine}: fast path not used (it needs a CUDA GPU, or the engine has none, "
                                        "or its variable is 0); ran eager")
@@ -325,6 +343,8 @@ class TRT_TTS:
         lines = [f"{result.audio_seconds:.2f} s of speech, voice {result.voice}",
                  f"backend {result.backend} ({result.precision}); synthesis {synth:.2f} s, "
                  f"RTF {synth / max(result.audio_seconds, 1e-9):.3f}; {result.chunks} chunk(s)"]
+        if getattr(result, "engine", ""):
+            lines.append(f"engine {result.engine}")
         lines.extend(f"warning: {w}" for w in result.warnings)
         return "\n".join(lines)
 
@@ -332,7 +352,12 @@ class TRT_TTS:
 ENGINE_TOOLTIP = ("kokoro: embedded, no files needed. cosyvoice2: zero-shot cloning (Apache-2.0), needs the "
                   "CosyVoice2-0.5B folder in models/digital_human/cosyvoice/ and `pip install .[cosyvoice]`. "
                   "cosyvoice3: Fun-CosyVoice3-0.5B (Apache-2.0), better speaker similarity, needs that folder "
-                  "in models/digital_human/cosyvoice/ and the same extra.")
+                  "in models/digital_human/cosyvoice/ and the same extra. cosyvoice-auto: cosyvoice3 when the "
+                  "Fun-CosyVoice3-0.5B folder is complete, else cosyvoice2 (the report says which ran).")
+INSTRUCTION_TOOLTIP = ("CosyVoice 3 only (cosyvoice3, or cosyvoice-auto when it picks CosyVoice 3): a speaking "
+                       "style or dialect instruction, e.g. 'Speak slowly and cheerfully.' or '请用广东话表达。'; "
+                       "it replaces the reference transcript in the prompt (the voice still comes from the "
+                       "clip). Empty = normal cloning. Other engines refuse a non-empty instruction.")
 
 
 JAPANESE_VOICES = ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]  # in the PyPI package

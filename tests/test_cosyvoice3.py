@@ -210,3 +210,47 @@ def test_fast_path_pieces_match_the_eager_networks(engine):
     assert float((mel - padded).abs().max()) <= 1e-4 * float(mel.abs().max())  # padding frames change nothing
     np.testing.assert_allclose(without_weight_norm_causal(models.hift).inference(mel).numpy(),
                                models.hift.inference(mel).numpy(), atol=1e-5)
+
+
+def test_auto_runs_v3_over_v2_and_speak_takes_an_instruction(folder, engine, data_dir, tmp_path, monkeypatch, capsys):
+    """Random-weight folders of both releases: cosyvoice-auto picks CosyVoice 3, and CosyVoice 2 once the v3
+    folder is gone; `speak --engine cosyvoice3 --instruction` speaks in instruct mode; kokoro refuses it."""
+    from digital_human import cli
+    from digital_human.engines.cosyvoice.parity import write_release_from_fixture as write_v2_release
+    from digital_human.voice import engines
+
+    root = _linked_models_root(tmp_path / "both")
+    (root / "cosyvoice").mkdir()
+    (root / "cosyvoice" / "Fun-CosyVoice3-0.5B").symlink_to(folder)
+    v2_fixture = dict(np.load(Path(__file__).parent / "fixtures" / "cosyvoice" / "reduced.npz", allow_pickle=False))
+    write_v2_release(v2_fixture, root / "cosyvoice" / "CosyVoice2-0.5B")
+    monkeypatch.setenv("DIGITAL_HUMAN_MODELS", str(root))
+    engines._LOADED.clear()
+    engines._LOADED["cosyvoice3|[]"] = engine  # the random v3 folder, already loaded
+    assert engines.engine_problem("cosyvoice-auto") is None
+    assert engines.get_engine("cosyvoice-auto") is engine
+
+    out = tmp_path / "instruct.wav"
+    argv = ["speak", "--voice", str(data_dir / "audio" / "spk_en_male_01.wav"), "--text", "Hi.", "--out", str(out),
+            "--no-imitate", "--json"]
+    assert cli.main(argv + ["--engine", "kokoro", "--instruction", "Speak slowly."]) == 2
+    assert "'kokoro'" in capsys.readouterr().err and not out.exists()
+    for seed in ("1", "2", "3"):  # random weights may draw a stop token first; another seed
+        code = cli.main(argv + ["--engine", "cosyvoice3", "--instruction", "Speak slowly.", "--seed", seed])
+        captured = capsys.readouterr()
+        if code == 0 or "produced no speech" not in captured.err:
+            break
+    assert code == 0, captured.err
+    report = json.loads(captured.out.strip().splitlines()[-1])
+    assert report["engine"] == "cosyvoice3" and "CosyVoice 3 instruct" in report["voice"]
+    with wave.open(str(out)) as wav:
+        assert wav.getframerate() == 24000 and wav.getnframes() > 0
+
+    (root / "cosyvoice" / "Fun-CosyVoice3-0.5B").unlink()  # only the random v2 folder: auto runs CosyVoice 2
+    v2_engine = engines.get_engine("cosyvoice-auto")
+    assert v2_engine.name == "cosyvoice2" and v2_engine.folder == root / "cosyvoice" / "CosyVoice2-0.5B"
+    v2_engine.check_files()
+    (root / "cosyvoice" / "CosyVoice2-0.5B").rename(root / "cosyvoice" / "Fun-CosyVoice3-0.5B")  # v2 under the v3 name
+    problem = engines.engine_problem("cosyvoice-auto")
+    assert "holds a CosyVoice 2 release" in problem and "CosyVoice2-0.5B/cosyvoice2.yaml" in problem
+    engines._LOADED.clear()

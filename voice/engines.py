@@ -36,6 +36,10 @@ class EngineEntry:
     fast_keyword: str = ""
     fast_env: str = ""
     fast_cost: str = ""            # the first-use cost, for the tooltip and the log
+    instruct: bool = False         # synthesize/stream take `instruction=` (speaking style / dialect)
+    # "module:function" -> (engine name, why) or (None, every problem): a choice that runs another entry,
+    # picked from the files in place (light, like `files`); "" = the entry is an engine itself
+    picks: str = ""
 
 
 ENGINES: dict[str, EngineEntry | str] = {  # a plain "module:attribute" string = an entry with no extra
@@ -47,7 +51,13 @@ ENGINES: dict[str, EngineEntry | str] = {  # a plain "module:attribute" string =
     "cosyvoice3": EngineEntry("digital_human.engines.cosyvoice.engine3:CosyVoice3Engine", extra="cosyvoice",
                               modules=("transformers", "yaml"),
                               files="digital_human.engines.cosyvoice.files3:files_problem",
-                              fast_keyword="fast", fast_env=COSYVOICE_FAST_ENV, fast_cost=COSYVOICE_COST),
+                              fast_keyword="fast", fast_env=COSYVOICE_FAST_ENV, fast_cost=COSYVOICE_COST,
+                              instruct=True),
+    # the folder in place decides: cosyvoice3 when Fun-CosyVoice3-0.5B is complete, else cosyvoice2
+    "cosyvoice-auto": EngineEntry("", extra="cosyvoice", modules=("transformers", "yaml"),
+                                  files="digital_human.engines.cosyvoice.choice:files_problem",
+                                  fast_keyword="fast", fast_env=COSYVOICE_FAST_ENV, fast_cost=COSYVOICE_COST,
+                                  picks="digital_human.engines.cosyvoice.choice:choose"),
 }
 DEFAULT_ENGINE = "kokoro"
 log = logging.getLogger("digital_human")
@@ -96,6 +106,37 @@ def engine_problem(name: str) -> str | None:
                          files_check() if files_check else None)
 
 
+def resolve_engine(name: str) -> tuple[str, str]:
+    """(the engine that runs for choice `name`, why it was picked; "" for an engine named directly).
+    A choice with nothing to pick raises FileNotFoundError naming every missing file. Light: no torch."""
+    entry = engine_entry(name)
+    if entry is None or not entry.picks:
+        return name, ""
+    picked, why = _attribute(entry.picks)()
+    if picked is None:
+        raise FileNotFoundError(why)
+    return picked, why
+
+
+def instruction_problem(name: str, instruction: str | None) -> str | None:
+    """None when `instruction` is empty or engine `name` (a choice: the engine it picks now) takes one;
+    else a message naming the engine. Light: checked before any work."""
+    if not (instruction or "").strip():
+        return None
+    try:
+        picked, _ = resolve_engine(name)
+    except FileNotFoundError:
+        return None  # nothing to run at all: engine_problem names the missing files
+    entry = engine_entry(picked)
+    if entry is not None and entry.instruct:
+        return None
+    via = f" (picked by {name})" if picked != name else ""
+    takers = [n for n in ENGINES if engine_entry(n).instruct]
+    return (f"instruction: the TTS engine '{picked}'{via} does not take speaking-style / dialect instructions; "
+            f"only {', '.join(takers)} does (and cosyvoice-auto when it picks it). Clear the instruction or "
+            f"choose engine {' / '.join(takers)}.")
+
+
 class TTSEngine(Protocol):
     name: str
     sample_rate: int
@@ -116,8 +157,14 @@ _LOADED: dict[str, TTSEngine] = {}
 
 
 def get_engine(name: str = DEFAULT_ENGINE, **options: Any) -> TTSEngine:
+    """The loaded engine `name`; a choice (cosyvoice-auto) loads the engine it picks and logs which
+    (the engine's `.name` says it too)."""
     if name not in ENGINES:
         raise ValueError(f"unknown TTS engine '{name}'; choose one of {sorted(ENGINES)}")
+    picked, why = resolve_engine(name)
+    if picked != name:
+        log.info("[digital_human] TTS engine %s -> %s: %s", name, picked, why)
+        name = picked
     key = f"{name}|{sorted(options.items())}"
     if key not in _LOADED:
         _LOADED[key] = _attribute(engine_entry(name).factory)(**options)

@@ -52,6 +52,7 @@ class SpeechResult:
     # (phone, start_s, end_s) of the speech in `waveform`, from the TTS's own durations (gaps are
     # silence); None when the engine cannot say (then the talking head reads the audio alone)
     phones: list[PhoneTime] | None = None
+    engine: str = ""  # the TTS engine that ran, and why when a choice (cosyvoice-auto) picked it; "" = Kokoro
 
     @property
     def audio_seconds(self) -> float:

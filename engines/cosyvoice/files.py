@@ -46,9 +46,12 @@ def missing_message(folder: Path, missing: list[str]) -> str:
 def files_problem() -> str | None:
     """None when the default release folder is complete; else every missing file (voice/engines.py's
     `files` hook), or that a CosyVoice 3 folder is in its place."""
+    from .files3 import detect_version
+
     folder = default_folder()
-    if (folder / "cosyvoice3.yaml").is_file():  # same file names, other networks: release.py refuses it too
-        return (f"{folder} holds a CosyVoice 3 release (cosyvoice3.yaml); the cosyvoice2 engine runs the "
+    if detect_version(folder) == "cosyvoice3":  # same file names, other networks: release.py refuses it too
+        return (f"{folder} holds a CosyVoice 3 release (cosyvoice3.yaml / speech_tokenizer_v3.onnx); the "
+                f"cosyvoice2 engine runs the "
                 f"{RELEASE_NAME} folder only (cosyvoice2.yaml, speech_tokenizer_v2.onnx).")
     missing = missing_files(folder)
     return missing_message(folder, missing) if missing else None

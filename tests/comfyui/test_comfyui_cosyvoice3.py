@@ -91,3 +91,36 @@ def test_with_a_release_laid_out_folder_the_workflow_saves_speech(cosyvoice3_ser
         assert "cosyvoice" in report.lower(), report[:2000]
     finally:
         client.close()
+
+
+def _with_tts_inputs(prompt: dict, **inputs) -> dict:
+    for node in prompt.values():
+        if node["class_type"] == "TRT_TTS":
+            node["inputs"].update(inputs)
+    return prompt
+
+
+def test_an_instruction_for_kokoro_is_refused_when_queued(client: ComfyClient) -> None:
+    prompt = _with_tts_inputs(load_api_workflow(WORKFLOW), engine="kokoro", instruction="Speak slowly.")
+    with pytest.raises(ComfyError) as caught:
+        client.queue(prompt)
+    body = json.dumps(caught.value.body)
+    assert caught.value.status == 400 and "the TTS engine 'kokoro' does not take" in body, body[:2000]
+
+
+def test_cosyvoice_auto_picks_the_v3_folder_and_takes_an_instruction(cosyvoice3_server: ComfyServer,
+                                                                     samples: dict[str, str]) -> None:
+    client = ComfyClient(cosyvoice3_server.url, timeout=60)
+    client.connect_ws()
+    try:
+        prompt = _with_tts_inputs(load_api_workflow(WORKFLOW), engine="cosyvoice-auto", instruction="Speak slowly.")
+        for node in prompt.values():
+            if node["class_type"] == "ExtractSpeakerEmbedding":
+                node["inputs"]["engine"] = "cosyvoice-auto"
+        prompt_id, entry = client.run(prompt, RUN_TIMEOUT_S)
+        assert entry["status"]["status_str"] == "success", node_errors_text(entry)
+        tts = next(nid for nid, n in prompt.items() if n["class_type"] == "TRT_TTS")
+        report = json.dumps(entry["outputs"][tts].get("text", []), ensure_ascii=False)
+        assert "engine cosyvoice3 (picked by cosyvoice-auto" in report and "CosyVoice 3 instruct" in report, report
+    finally:
+        client.close()
