@@ -24,7 +24,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     voice.add_argument("--base-voice", help="a bundled Kokoro voice by name, no cloning (demos, tests)")
     p.add_argument("--voice-text", help="transcript of the clip (optional)")
     p.add_argument("--no-imitate", action="store_true")
-    p.add_argument("--engine", default="kokoro", choices=["kokoro", "cosyvoice2"])
+    from ...voice.engines import ENGINES
+
+    p.add_argument("--engine", default="kokoro", choices=list(ENGINES),
+                   help="TTS engine (the CosyVoice ones need the user's folder: docs/cosyvoice3.md)")
     p.add_argument("--language", default="auto", choices=["auto", "en", "zh"])
     p.add_argument("--speed", type=float, default=1.0)
     p.add_argument("--backend", default="auto", choices=["auto", "tensorrt", "torch", "onnxruntime"])
@@ -75,12 +78,21 @@ def build_live(args: argparse.Namespace) -> Any:
 
 
 def serve(args: argparse.Namespace) -> dict[str, Any]:
+    from ...optional_parts import extra_problem
+    from ...preflight import PreflightError, check_input_files
+
+    # the [live] extra, the model's and the engine's extras and files: named before any model is built
+    problem = extra_problem("serve", "live", ("aiohttp", "av", "aiortc"))
+    if problem:
+        raise PreflightError(problem)
+    if not Path(args.face).is_file():
+        raise ValueError(f"--face '{args.face}' does not exist; give a photo or a talking video of the person")
+    check_input_files(args)
+
     from aiohttp import web
 
     from .server import LiveServer, ServerOptions
 
-    if not Path(args.face).is_file():
-        raise ValueError(f"--face '{args.face}' does not exist; give a photo or a talking video of the person")
     manager = build_live(args)
     server = LiveServer(manager, ServerOptions(ice_servers=args.ice_server, udp_ports=args.udp_ports))
 
