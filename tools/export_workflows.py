@@ -169,7 +169,8 @@ LAYOUTS = {
                  "as released - `Sonic/unet.pth`, `Sonic/audio2token.pth`, `Sonic/audio2bucket.pth` and "
                  "`RIFE/flownet.pkl` (huggingface.co/LeonJoe13/Sonic), `stable-video-diffusion-img2vid-xt/` "
                  "(unet/config.json, vae/, image_encoder/, feature_extractor/, scheduler/; "
-                 "stabilityai/stable-video-diffusion-img2vid-xt) and `whisper-tiny/` (openai/whisper-tiny) - and "
+                 "stabilityai/stable-video-diffusion-img2vid-xt; or, instead of that folder, ComfyUI's own "
+                 "`models/checkpoints/svd_xt*.safetensors`) and `whisper-tiny/` (openai/whisper-tiny) - and "
                  "the extra once: `pip install diffusers transformers` (versions in the pack's pyproject, extra "
                  "`sonic`). Without them the prompt is refused when queued, with the list of what is missing.",
                  "**Licences - not for commercial use**: Sonic's weights are CC BY-NC-SA 4.0; Stable Video "
