@@ -31,16 +31,21 @@ def default_folder() -> Path:
     return models_root() / "cosyvoice" / RELEASE_NAME
 
 
-def missing_files(folder: Path) -> list[str]:
-    return [name for name in RELEASE_FILES if not (folder / name).is_file()]
+def missing_files(folder: Path, files: dict[str, str] = RELEASE_FILES) -> list[str]:
+    return [name for name in files if not (folder / name).is_file()]
+
+
+def release_missing_message(model: str, release: str, files: dict[str, str], folder: Path,
+                            missing: list[str]) -> str:
+    """One message naming every missing file of a CosyVoice release folder, what it is and where it goes."""
+    lines = "\n".join(f"  {folder / name}  ({files[name]})" for name in missing)
+    return (f"{model} needs the {release} release folder, as downloaded from FunAudioLLM "
+            f"(Hugging Face / ModelScope, Apache-2.0); {len(missing)} file(s) missing:\n{lines}\n"
+            f"Put the whole downloaded folder at {folder} (nothing is downloaded by this pack).")
 
 
 def missing_message(folder: Path, missing: list[str]) -> str:
-    """One message naming every missing file, what it is and where the folder goes."""
-    lines = "\n".join(f"  {folder / name}  ({RELEASE_FILES[name]})" for name in missing)
-    return (f"CosyVoice 2 needs the {RELEASE_NAME} release folder, as downloaded from FunAudioLLM "
-            f"(Hugging Face / ModelScope, Apache-2.0); {len(missing)} file(s) missing:\n{lines}\n"
-            f"Put the whole downloaded folder at {folder} (nothing is downloaded by this pack).")
+    return release_missing_message("CosyVoice 2", RELEASE_NAME, RELEASE_FILES, folder, missing)
 
 
 def files_problem() -> str | None:

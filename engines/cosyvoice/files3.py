@@ -26,8 +26,7 @@ RELEASE_FILES: dict[str, str] = {
 def default_folder() -> Path:
     from ...paths import models_root
 
-    # not model_dir(): that creates the folder, and validating a prompt must not change the models folder
-    return models_root() / "cosyvoice" / RELEASE_NAME
+    return models_root() / "cosyvoice" / RELEASE_NAME  # not model_dir(): validation must not create it
 
 
 def detect_version(folder: str | Path) -> str | None:
@@ -41,15 +40,15 @@ def detect_version(folder: str | Path) -> str | None:
 
 
 def missing_files(folder: Path) -> list[str]:
-    return [name for name in RELEASE_FILES if not (folder / name).is_file()]
+    from .files import missing_files as missing_of
+
+    return missing_of(folder, RELEASE_FILES)
 
 
 def missing_message(folder: Path, missing: list[str]) -> str:
-    """One message naming every missing file, what it is and where the folder goes."""
-    lines = "\n".join(f"  {folder / name}  ({RELEASE_FILES[name]})" for name in missing)
-    return (f"CosyVoice 3 needs the {RELEASE_NAME} release folder, as downloaded from FunAudioLLM "
-            f"(Hugging Face / ModelScope, Apache-2.0); {len(missing)} file(s) missing:\n{lines}\n"
-            f"Put the whole downloaded folder at {folder} (nothing is downloaded by this pack).")
+    from .files import release_missing_message
+
+    return release_missing_message("CosyVoice 3", RELEASE_NAME, RELEASE_FILES, folder, missing)
 
 
 def files_problem() -> str | None:
