@@ -5,6 +5,7 @@ bad input gets clear errors and the server keeps serving. Needs the [live] extra
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -30,6 +31,14 @@ def live(setup_models, data_dir):
     server = RunningServer(LiveServer(manager))
     yield server.url, manager
     server.stop()
+
+
+def _real_time_or_skip() -> None:
+    """The A/V and interrupt checks measure a real-time stream by the wall clock: on a machine already busier than
+    its cores (other jobs), frames come late for reasons outside the server, so those checks are skipped, saying so."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load > 1.5 * cores:
+        pytest.skip(f"machine busy (1-min load {load:.1f} on {cores} cores): real-time timing not measurable")
 
 
 def _open(url):
@@ -103,6 +112,7 @@ def _lag_ms(mouth: np.ndarray, envelope: np.ndarray, max_lag: int = 6) -> float:
 def test_speech_arrives_with_lips_in_sync_in_two_sessions_at_once(live):
     from digital_human.pipeline.live.client import http
 
+    _real_time_or_skip()
     url, manager = live
     sid, client = _open(url)
     sid2, client2 = _open(url)  # a second session streams at the same time (the same face and voice models)
@@ -148,6 +158,7 @@ def test_speech_arrives_with_lips_in_sync_in_two_sessions_at_once(live):
 def test_interrupt_returns_to_idle_within_200_ms(live):
     from digital_human.pipeline.live.client import http
 
+    _real_time_or_skip()
     url, _ = live
     sid, client = _open(url)
     try:
