@@ -115,7 +115,7 @@ def test_speech_arrives_with_lips_in_sync_in_two_sessions_at_once(live):
     _real_time_or_skip()
     url, manager = live
     sid, client = _open(url)
-    sid2, client2 = _open(url)  # a second session streams at the same time (the same face and voice models)
+    sid2, client2 = _open(url)  # another live session streams at the same time (the same face and voice models)
     try:
         status, body = http(url, "POST", f"/sessions/{sid}/say", {"text": "Hello there, how are you today?"})
         assert status == 202 and body["utterance"] == 1

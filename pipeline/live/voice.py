@@ -31,7 +31,7 @@ class LiveVoice:
         self._lock = threading.Lock()
 
     def warm(self) -> Piece:
-        """One short sentence, so the first session's first utterance does not pay the model load."""
+        """One short sentence, so the first utterance of the first live session does not pay the model load."""
         return list(self.pieces("Hello."))[0]
 
     def pieces(self, text: str) -> Iterator[Piece]:
