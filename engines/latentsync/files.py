@@ -207,23 +207,11 @@ def read_safetensors_or_bin(path: Path) -> dict:
 def check_state_dict(state: dict, expected: dict[str, tuple[int, ...]], path: Path, what: str,
                      ignore_prefixes: tuple[str, ...] = ()) -> None:
     """Every expected key present with its shape, and no unknown key (outside ignore_prefixes)."""
-    missing = sorted(k for k in expected if k not in state)
-    unexpected = sorted(k for k in state if k not in expected and not k.startswith(ignore_prefixes))
-    wrong = sorted(f"{k}: file {tuple(state[k].shape)}, expected {expected[k]}"
-                   for k in expected if k in state and tuple(state[k].shape) != tuple(expected[k]))
-    if not (missing or unexpected or wrong):
-        return
+    from ..state_dict_check import state_dict_mismatch
 
-    def part(title: str, items: list[str]) -> str:
-        if not items:
-            return ""
-        shown = "\n    ".join(items[:8]) + (f"\n    ... and {len(items) - 8} more" if len(items) > 8 else "")
-        return f"\n  {len(items)} {title}:\n    {shown}"
-
-    raise LatentSyncWeightsError(
-        f"{path} does not match the {what} architecture of its config"
-        + part("missing key(s)", missing) + part("unexpected key(s)", unexpected) + part("shape mismatch(es)", wrong)
-        + "\n  Use the release's file and its own config next to it.")
+    problem = state_dict_mismatch(state, expected, path, what, ignore_prefixes)
+    if problem:
+        raise LatentSyncWeightsError(problem)
 
 
 def read_json_file(path: Path) -> dict:
