@@ -17,6 +17,7 @@ log = logging.getLogger("digital_human")
 # the same names the engines read (engines/musetalk/pipeline.py COMPILE_ENV, engines/cosyvoice/engine.py FAST_ENV)
 MUSETALK_COMPILE_ENV = "DIGITAL_HUMAN_MUSETALK_COMPILE"
 COSYVOICE_FAST_ENV = "DIGITAL_HUMAN_COSYVOICE_FAST"
+SONIC_COMPILE_ENV = "DIGITAL_HUMAN_SONIC_COMPILE"
 
 # the first-use cost, said in the tooltips, the CLI help and the log when the switch is on
 MUSETALK_COST = ("MuseTalk fast path (torch.compile + CUDA graphs, CUDA only): the first video of a process "
@@ -28,6 +29,11 @@ COSYVOICE_COST = ("CosyVoice fast path (the LM step as a CUDA graph on a static 
                   "runs on the GPU): the first synthesis of a process compiles and captures it, about 30 s on an "
                   "H200, then speech comes ~10x faster than eager FP32 (RTF 0.043 vs 0.418; benchmarks/RESULTS.md, "
                   "2026-12-01). Ignored without a CUDA GPU. Override: DIGITAL_HUMAN_COSYVOICE_FAST=1 or 0.")
+
+SONIC_COST = ("Sonic fast path (torch.compile of the UNet's blocks, CUDA only; the same frames within FP16 "
+              "rounding): the first video of a process compiles first (benchmarks/RESULTS_sonic.md gives the time on "
+              "an H200), later videos of the same size reuse it. Ignored on the CPU. "
+              "Override: DIGITAL_HUMAN_SONIC_COMPILE=1 or 0.")
 
 _announced: set[str] = set()
 

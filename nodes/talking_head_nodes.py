@@ -36,9 +36,9 @@ MOUTH_BANK_MODES = ["auto", "off"]
 
 
 def _fast_path_tooltip() -> str:
-    from ..fast_path import MUSETALK_COST
+    from ..fast_path import MUSETALK_COST, SONIC_COST
 
-    return "Models with a compiled path (musetalk); others ignore it. " + MUSETALK_COST
+    return "Models with a compiled path (musetalk, sonic); others ignore it. " + MUSETALK_COST + " " + SONIC_COST
 MOUTH_BANK_TOOLTIP = ("portrait on a video reference: auto takes each frame's lips and teeth from the person's own "
                       "frames (the reference video, or `bank_faces` when connected: another talking video of the "
                       "same person), the frame whose mouth shape best matches the speech, warped into place; a photo "
@@ -92,6 +92,9 @@ MODEL_SETTING_INPUTS: dict[str, Any] = {
                                                             "(feathered border) instead of returning the crop."}),
     "resolution": ("INT", {"default": 512, "min": 128, "max": 1024, "step": 64,
                            "tooltip": "sonic: short side of the generated frames (reference 512)."}),
+    "speed": (["reference", "fast"], {"default": "reference", "tooltip": "sonic: reference = the reference's "
+                                      "settings; fast = at most 8 steps with the UNet's deep features reused every "
+                                      "2nd step (approximate: its measured difference is in docs/sonic.md)."}),
 }
 
 

@@ -82,16 +82,17 @@ def mask_for_queries(mask: torch.Tensor, num_queries: int) -> torch.Tensor:
 class AudioAttnProcessor(nn.Module):
     """Cross-attention to the CLIP context plus, scaled by `scale`, to the audio tokens (keys/values from
     to_k_ip/to_v_ip). `encoder_hidden_states` is (context, audio); in the spatial blocks the audio part is
-    weighted by the face mask at this resolution (set on the processor by SonicUNet for the call)."""
+    weighted by the face mask at this resolution (`ip_adapter_masks`, diffusers' and the reference's name: the
+    spatial blocks pass it per call, so torch.compile sees no module state change)."""
 
     def __init__(self, hidden_size: int, cross_attention_dim: int, scale: float = 1.0):
         super().__init__()
         self.scale = scale
         self.to_k_ip = nn.ModuleList([nn.Linear(cross_attention_dim, hidden_size, bias=False)])
         self.to_v_ip = nn.ModuleList([nn.Linear(cross_attention_dim, hidden_size, bias=False)])
-        self.mask: torch.Tensor | None = None  # [1, 1, H, W] face mask for spatial blocks, None for temporal
 
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None, **kwargs):
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
+                 ip_adapter_masks: torch.Tensor | None = None, **kwargs):
         context, audio = encoder_hidden_states
         b = hidden_states.shape[0]
         heads = attn.heads
@@ -110,8 +111,8 @@ class AudioAttnProcessor(nn.Module):
         if self.scale != 0:
             ip = F.scaled_dot_product_attention(q, split(self.to_k_ip[0](audio)), split(self.to_v_ip[0](audio)))
             ip = ip.transpose(1, 2).reshape(b, -1, heads * head_dim).to(query.dtype)
-            if self.mask is not None:
-                ip = ip * mask_for_queries(self.mask, ip.shape[1]).to(ip.dtype)
+            if ip_adapter_masks is not None:  # [1, 1, H, W] in the spatial blocks; the temporal ones are unmasked
+                ip = ip * mask_for_queries(ip_adapter_masks, ip.shape[1]).to(ip.dtype)
             out = out + self.scale * ip
         out = attn.to_out[1](attn.to_out[0](out))
         if attn.residual_connection:
@@ -140,15 +141,19 @@ def sonic_transformer_forward(module, hidden_states, context, audio, mask, image
     frame_ids = torch.arange(frames, device=hidden_states.device).repeat(batch, 1).reshape(-1)
     emb = module.time_pos_embed(module.time_proj(frame_ids).to(dtype=hidden_states.dtype))[:, None, :]
     for block, temporal_block in zip(module.transformer_blocks, module.temporal_transformer_blocks):
-        block.attn2.processor.mask = mask
-        hidden_states = block(hidden_states, encoder_hidden_states=(context, audio))
-        temporal_block.attn2.processor.mask = None
+        hidden_states = block(hidden_states, encoder_hidden_states=(context, audio),
+                              cross_attention_kwargs={"ip_adapter_masks": mask})
         mixed = temporal_block(hidden_states + emb, num_frames=frames, encoder_hidden_states=time_context)
         hidden_states = module.time_mixer(x_spatial=hidden_states, x_temporal=mixed,
                                           image_only_indicator=image_only_indicator)
     hidden_states = module.proj_out(hidden_states)
     hidden_states = hidden_states.reshape(batch_frames, height, width, inner_dim).permute(0, 3, 1, 2).contiguous()
     return hidden_states + residual
+
+
+def _transformer(module):
+    """sonic_transformer_forward, or the compiled version accelerate.compile_regions put on the module."""
+    return module.__dict__.get("sonic_forward", sonic_transformer_forward)
 
 
 def add_audio_processors(unet, scale: float = 1.0) -> None:
@@ -170,7 +175,7 @@ def _run_block(block, hidden, temb, context, audio, mask, indicator, res=None):
             hidden = torch.cat([hidden, res.pop()], dim=1)
         hidden = resnet(hidden, temb, image_only_indicator=indicator)
         if attentions is not None:
-            hidden = sonic_transformer_forward(attentions[i], hidden, context, audio, mask, indicator)
+            hidden = _transformer(attentions[i])(attentions[i], hidden, context, audio, mask, indicator)
         outputs.append(hidden)
     return hidden, outputs
 
@@ -179,7 +184,7 @@ def _run_mid(block, hidden, temb, context, audio, mask, indicator):
     """The mid block: resnet, then (transformer, resnet) pairs."""
     hidden = block.resnets[0](hidden, temb, image_only_indicator=indicator)
     for attn, resnet in zip(block.attentions, block.resnets[1:]):
-        hidden = sonic_transformer_forward(attn, hidden, context, audio, mask, indicator)
+        hidden = _transformer(attn)(attn, hidden, context, audio, mask, indicator)
         hidden = resnet(hidden, temb, image_only_indicator=indicator)
     return hidden
 
@@ -192,7 +197,11 @@ def make_sonic_unet_class():
         """forward(sample [B, F, 8, h, w], t, context [B*F, 1, D], audio [B*F, 32, D], added_time_ids [B, 3],
         mask [1, 1, H, W]) -> v-prediction [B, F, 4, h, w]."""
 
-        def forward(self, sample, timestep, context, audio, added_time_ids, mask):  # type: ignore[override]
+        def forward(self, sample, timestep, context, audio, added_time_ids, mask,  # type: ignore[override]
+                    deep=None, keep_deep: bool = False):
+            """deep / keep_deep: DeepCache-style reuse (the faster mode). keep_deep=True also returns the deep
+            features (the input of the last up block); deep=<those features> runs only the shallow path (conv_in,
+            the first down block, the last up block), so a call costs the full-resolution level alone."""
             batch, frames = sample.shape[:2]
             timesteps = timestep if torch.is_tensor(timestep) else torch.tensor([timestep], device=sample.device)
             timesteps = timesteps.reshape(-1).to(sample.device).expand(batch)
@@ -202,23 +211,35 @@ def make_sonic_unet_class():
             hidden = self.conv_in(sample.flatten(0, 1))
             indicator = torch.zeros(batch, frames, dtype=hidden.dtype, device=hidden.device)
             skips = [hidden]
-            for block in self.down_blocks:
-                hidden, outs = _run_block(block, hidden, emb, context, audio, mask, indicator)
-                if block.downsamplers is not None:
-                    for down in block.downsamplers:
-                        hidden = down(hidden)
-                    outs.append(hidden)
+            if deep is None:
+                for block in self.down_blocks:
+                    hidden, outs = _run_block(block, hidden, emb, context, audio, mask, indicator)
+                    if block.downsamplers is not None:
+                        for down in block.downsamplers:
+                            hidden = down(hidden)
+                        outs.append(hidden)
+                    skips += outs
+                hidden = _run_mid(self.mid_block, hidden, emb, context, audio, mask, indicator)
+                for block in self.up_blocks[:-1]:
+                    n = len(block.resnets)
+                    res, skips = skips[-n:], skips[:-n]
+                    hidden, _ = _run_block(block, hidden, emb, context, audio, mask, indicator, res=res)
+                    if block.upsamplers is not None:
+                        for up in block.upsamplers:
+                            hidden = up(hidden)
+            else:
+                # the last up block reads conv_in's output and the first down block's (before its downsampler)
+                _, outs = _run_block(self.down_blocks[0], hidden, emb, context, audio, mask, indicator)
                 skips += outs
-            hidden = _run_mid(self.mid_block, hidden, emb, context, audio, mask, indicator)
-            for block in self.up_blocks:
-                n = len(block.resnets)
-                res, skips = skips[-n:], skips[:-n]
-                hidden, _ = _run_block(block, hidden, emb, context, audio, mask, indicator, res=res)
-                if block.upsamplers is not None:
-                    for up in block.upsamplers:
-                        hidden = up(hidden)
+                hidden = deep
+            kept = hidden
+            last = self.up_blocks[-1]
+            hidden, _ = _run_block(last, hidden, emb, context, audio, mask, indicator, res=skips[-len(last.resnets):])
+            for up in last.upsamplers or ():
+                hidden = up(hidden)
             hidden = self.conv_out(self.conv_act(self.conv_norm_out(hidden)))
-            return hidden.reshape(batch, frames, *hidden.shape[1:])
+            out = hidden.reshape(batch, frames, *hidden.shape[1:])
+            return (out, kept) if keep_deep else out
 
     return SonicUNet
 

@@ -8,16 +8,20 @@ from __future__ import annotations
 from ..contract import TalkingHeadModel
 
 OPTIONS = ("steps", "appearance_guidance", "audio_guidance", "dynamic_scale", "seed", "vram", "paste_back",
-           "resolution")
+           "resolution", "speed", "fast_path")
 
 
 def _generate(faces, wave, rate, fps, *, loop_mode, batch_size, strength, max_audio_seconds, backend, precision,
-              avatar, progress, should_stop, streaming, **settings):
+              avatar, progress, should_stop, streaming, fast_path=None, **settings):
+    from ...fast_path import SONIC_COMPILE_ENV, SONIC_COST, announce, switch
     from .model import sonic_frames
 
+    compile_unet = bool(switch(fast_path, SONIC_COMPILE_ENV))  # the variable (1/0) overrides the switch
+    if compile_unet:
+        announce("sonic", SONIC_COST)
     return sonic_frames(faces, wave, rate, fps, backend=backend, precision=precision,
                         max_audio_seconds=max_audio_seconds, progress=progress, should_stop=should_stop,
-                        streaming=streaming, **settings)
+                        streaming=streaming, compile_unet=compile_unet, **settings)
 
 
 def _problem(model: str) -> str | None:

@@ -62,14 +62,16 @@ def sonic_frames(faces: Any, wave: Any, rate: int, fps: float, *, backend: str =
                  should_stop: Callable[[], bool] | None = None, streaming: bool = False, steps: int = 25,
                  appearance_guidance: float = 2.0, audio_guidance: float = 7.5, dynamic_scale: float = 1.0,
                  seed: int = 72589, vram: str = "auto", paste_back: bool = False,
-                 resolution: int = 512) -> GeneratedFrames:
+                 resolution: int = 512, speed: str = "reference", compile_unet: bool = False) -> GeneratedFrames:
     from .crop import frame_photo
-    from .pipeline import SonicFrames, SonicLatents, SonicSettings, resample_to_16k
+    from .pipeline import SPEEDS, SonicFrames, SonicLatents, SonicSettings, resample_to_16k
 
     validate_track(faces)
     audio = validate_audio(wave, rate, max_audio_seconds)
     if vram not in VRAM_MODES:
         raise ValueError(f"vram must be one of {', '.join(VRAM_MODES)}, got {vram!r}")
+    if speed not in SPEEDS:
+        raise ValueError(f"speed must be one of {', '.join(SPEEDS)}, got {speed!r}")
     if not 1 <= int(steps) <= 200:
         raise ValueError(f"steps must be 1..200, got {steps}")
     if int(resolution) % 64 or not 128 <= int(resolution) <= 1024:
@@ -89,10 +91,23 @@ def sonic_frames(faces: Any, wave: Any, rate: int, fps: float, *, backend: str =
         vram = _auto_vram(device)
     settings = SonicSettings(steps=int(steps), appearance_guidance=float(appearance_guidance),
                              audio_guidance=float(audio_guidance), dynamic_scale=float(dynamic_scale),
-                             seed=int(seed), resolution=int(resolution), vram=vram,
-                             window_batch=0)  # a step's windows batched as far as the GPU has room
+                             seed=int(seed), resolution=int(resolution), vram=vram, speed=speed,
+                             window_batch=0,  # a step's windows batched as far as the GPU has room
+                             decode_batch=0)  # several 8-frame VAE chunks a call as far as it has room
+    if compile_unet and device == "cuda":
+        from ...engines.sonic.accelerate import compile_regions
+
+        if compile_regions(nets.unet):
+            warnings.append("sonic: the UNet's blocks are compiled on this first run (torch.compile; minutes once "
+                            "per process and shape); later runs reuse them")
+    elif compile_unet:
+        warnings.append("sonic: the fast path (compiled UNet) applies on CUDA only; running eager")
     latents = SonicLatents(nets, framing, resample_to_16k(audio, rate), settings, progress=progress,
                            should_stop=should_stop)
+    settings = latents.settings  # speed="fast" resolved: its steps and deep-feature reuse
+    if speed == "fast":
+        warnings.append(f"sonic speed=fast: {settings.steps} steps, deep UNet features reused every "
+                        f"{settings.deep_cache_interval} steps (approximate; differs from the reference settings)")
     made = SonicFrames(latents)
     if made.count < 1:
         raise ValueError("the speech is shorter than one Sonic frame (0.08 s)")
@@ -119,14 +134,16 @@ def sonic_frames(faces: Any, wave: Any, rate: int, fps: float, *, backend: str =
     cache: dict[int, np.ndarray] = {}
 
     def render(start: int, stop: int) -> np.ndarray:
-        out = []
-        for j in range(start, stop):
-            k = int(src[j])
-            if k not in cache:
-                cache.clear() if len(cache) > 4 else None
-                cache[k] = made.uint8(k, k + 1)[0]
-            out.append(cache[k])
-        frames = np.stack(out)
+        ks = src[start:stop]
+        lo, hi = int(ks.min()), int(ks.max()) + 1
+        for old in [k for k in cache if k < lo]:
+            del cache[old]  # frames are asked for in order: only the range's own stay
+        missing = [k for k in range(lo, hi) if k not in cache]
+        if missing:  # one call for the range: RIFE middles in batches, VAE chunks several at a time
+            a, b = missing[0], missing[-1] + 1
+            for k, frame in zip(range(a, b), made.uint8(a, b)):
+                cache[k] = frame
+        frames = np.stack([cache[int(k)] for k in ks])
         return paste_whole_frames(photo, frames, framing.crop_box) if paste_back else frames
 
     if not streaming:

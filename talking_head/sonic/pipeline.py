@@ -4,6 +4,9 @@ windows of 25 frames denoised with three guidance branches (no image, no audio, 
 schedule -> temporal VAE decode in chunks of 8 -> RIFE middle frames (12.5 -> 25 fps).
 The work the reference repeats is done once (whisper runs once per 30 s, not twice; the unconditional audio
 tokens are one call). Progress is reported per UNet call; should_stop() is honoured between them.
+speed="fast" is a separately named, approximate mode: FAST_STEPS steps, and on every second step the UNet reuses
+the deep features of the step before (DeepCache: only its full-resolution level runs); its measured difference
+from the reference's settings is in benchmarks/RESULTS_sonic.md.
 """
 from __future__ import annotations
 
@@ -18,7 +21,11 @@ STEP = 2                  # a video frame every 2 whisper-feature hops of 640 sa
 WINDOW_FRAMES = 25        # frames per denoised window (n_sample_frames)
 SHIFT_OFFSET = 7          # the windows move 7 frames a step so their seams never stay in place
 MODEL_FPS = 12.5
-DECODE_CHUNK = 8
+DECODE_CHUNK = 8          # the temporal VAE mixes the frames of a chunk: its size is part of the result
+RIFE_BATCH = 16           # frame pairs per RIFE call (batched: the same middles, one launch sequence)
+SPEEDS = ("reference", "fast")
+FAST_STEPS = 8            # speed="fast": at most this many steps ...
+FAST_DEEP_CACHE = 2       # ... and the deep UNet features computed on every 2nd step only
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,30 @@ class SonicSettings:
     interpolate: bool = True          # RIFE to 25 fps
     vram: str = "auto"                # auto / high (branches batched) / low (branches one by one, offloading)
     window_batch: int = 1             # a step's windows per UNet call (they are independent); 0 = as memory allows
+    speed: str = "reference"          # "fast": FAST_STEPS steps with deep features reused (approximate)
+    deep_cache_interval: int = 1      # the full UNet every k-th step, the shallow path between (1 = always full)
+    decode_batch: int = 1             # 8-frame VAE chunks per decode call (same result); 0 = as memory allows
+    cudnn_benchmark: bool = True      # cuDNN picks its fastest convolution per shape (same math, other sums)
+
+
+def resolve_speed(settings: SonicSettings) -> SonicSettings:
+    """The settings a speed names: "reference" as given; "fast" at most FAST_STEPS steps with the deep UNet
+    features reused every FAST_DEEP_CACHE steps."""
+    from dataclasses import replace
+
+    if settings.speed not in SPEEDS:
+        raise ValueError(f"speed must be one of {', '.join(SPEEDS)}, got {settings.speed!r}")
+    if settings.speed == "fast":
+        return replace(settings, steps=min(int(settings.steps), FAST_STEPS), deep_cache_interval=FAST_DEEP_CACHE)
+    return settings
+
+
+def _gpu_flags(settings: SonicSettings):
+    """cuDNN autotuning for this pipeline's calls only (a process-wide flag would change other nodes' runs)."""
+    import torch.backends.cudnn as cudnn
+
+    return cudnn.flags(enabled=cudnn.enabled, benchmark=bool(settings.cudnn_benchmark),
+                       deterministic=cudnn.deterministic, allow_tf32=cudnn.allow_tf32)
 
 
 def whisper_states(nets, wave16k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -81,7 +112,7 @@ class SonicLatents:
 
     def __init__(self, nets, framing, wave16k: np.ndarray, settings: SonicSettings,
                  progress: Callable[[int, int], None] | None = None, should_stop: Callable[[], bool] | None = None):
-        self.nets, self.framing, self.settings = nets, framing, settings
+        self.nets, self.framing, self.settings = nets, framing, resolve_speed(settings)
         self.wave16k, self.progress, self.should_stop = wave16k, progress, should_stop
         self.latents: torch.Tensor | None = None
         self.count = (len(wave16k) // 640) // STEP
@@ -92,6 +123,10 @@ class SonicLatents:
     def run(self) -> torch.Tensor:
         if self.latents is not None:
             return self.latents
+        with _gpu_flags(self.settings):
+            return self._run()
+
+    def _run(self) -> torch.Tensor:
         nets, s = self.nets, self.settings
         dev, dt = nets.device, nets.dtype
         every, last, audio_len = whisper_states(nets, self.wave16k)
@@ -124,19 +159,24 @@ class SonicLatents:
         windows = list(range(0, n, WINDOW_FRAMES))
         per_call = 1 if s.vram == "low" else self._windows_per_call(len(windows), h, w)
         total, done = s.steps * len(windows), 0
+        interval = max(1, int(s.deep_cache_interval))
+        deep: dict = {}  # DeepCache: (call, branch) -> the deep features of the last full step
         for i in range(s.steps):
             t, sigma, sigma_next = timesteps[i], sigmas[i], sigmas[i + 1]
+            # with reuse, the windows move at each full step only, so a reused call sees the frames it was made on
+            shift = (i // interval) * SHIFT_OFFSET
+            cache = None if interval == 1 else ("keep" if i % interval == 0 else "reuse")
             pred = torch.zeros_like(latents_all)
             counter = torch.zeros((1, n, 1, 1, 1), dtype=latents_all.dtype, device=dev)
             # a step's windows all read the same latents_all: several go through the UNet in one batch
             for g0 in range(0, len(windows), per_call):
                 if self.should_stop is not None and self.should_stop():
                     raise InterruptedError(f"Sonic interrupted at step {i + 1} of {s.steps}")
-                idxs = [[(start - i * SHIFT_OFFSET + k) % n for k in range(WINDOW_FRAMES)]
+                idxs = [[(start - shift + k) % n for k in range(WINDOW_FRAMES)]
                         for start in windows[g0:g0 + per_call]]
                 lat = torch.cat([latents_all[:, idx] for idx in idxs])
                 v = self._guided(lat, t, sigma, image_lat, image_embeds, zero_ctx, [cond[idx] for idx in idxs],
-                                 uncond, [buckets[idx] for idx in idxs], mask)
+                                 uncond, [buckets[idx] for idx in idxs], mask, cache, deep, g0)
                 lat = self._euler(lat, v, sigma, sigma_next)
                 for g, idx in enumerate(idxs):
                     for k, p in enumerate(idx):
@@ -161,8 +201,10 @@ class SonicLatents:
         per_window = 6 * 2**30 * (h * w) / (64 * 64) * (2 if self.nets.dtype == torch.float32 else 1)
         return max(1, min(count, int((free - 2 * 2**30) // per_window)))
 
-    def _guided(self, lat, t, sigma, image_lat, image_embeds, zero_ctx, conds, uncond, buckets, mask):
-        """The guided v-prediction of G windows [G, F, 4, h, w] (conds / buckets: one per window)."""
+    def _guided(self, lat, t, sigma, image_lat, image_embeds, zero_ctx, conds, uncond, buckets, mask,
+                cache: str | None = None, deep: dict | None = None, call_id: int = 0):
+        """The guided v-prediction of G windows [G, F, 4, h, w] (conds / buckets: one per window).
+        cache "keep": store each UNet call's deep features in `deep`; "reuse": run the shallow path on them."""
         nets, s = self.nets, self.settings
         dev, dt = nets.device, nets.dtype
         g, f = lat.shape[:2]
@@ -181,17 +223,23 @@ class SonicLatents:
         ]
         tt = t.to(dev, dt)
 
-        def call(parts):
+        def call(parts, key):
             b = len(parts)
             sample = torch.cat([torch.cat([scaled, p[0]], dim=2) for p in parts])
             ctx = torch.cat([p[1].reshape(1, 1, -1).expand(g * f, 1, -1) for p in parts]).to(dt)
             audio = torch.cat([p[2] for p in parts]).to(dt)
-            return nets.unet(sample.to(dt), tt, ctx, audio, time_ids.repeat(b, 1), mask)
+            args = (sample.to(dt), tt, ctx, audio, time_ids.repeat(b, 1), mask)
+            if cache == "keep":
+                out, deep[key] = nets.unet(*args, keep_deep=True)
+                return out
+            if cache == "reuse":
+                return nets.unet(*args, deep=deep[key])
+            return nets.unet(*args)
 
         if s.vram == "low":
-            out = torch.cat([call([p]) for p in branches])
+            out = torch.cat([call([p], (call_id, k)) for k, p in enumerate(branches)])
         else:
-            out = call(branches)
+            out = call(branches, (call_id, "all"))
         u, d, c = out.chunk(3)
         return u + s.appearance_guidance * (d - u) + s.audio_guidance * (c - d)
 
@@ -203,17 +251,38 @@ class SonicLatents:
         denoised = v.float() * (-sigma / (sigma ** 2 + 1) ** 0.5) + x / (sigma ** 2 + 1)
         return (x + (x - denoised) / sigma * (sigma_next - sigma)).to(v.dtype)
 
+    def _decode_batch(self) -> int:
+        """decode_batch, or for 0: as many 8-frame chunks per call as the GPU has room for (about 4 GiB per chunk
+        at 512x512 FP16, scaled by the frame area), at most 4; vram low and the CPU: 1."""
+        want = int(self.settings.decode_batch)
+        if want > 0:
+            return want
+        if self.nets.device.type != "cuda" or self.settings.vram == "low":
+            return 1
+        free, _total = torch.cuda.mem_get_info(self.nets.device)
+        h, w = self.framing.image.shape[:2]
+        per_chunk = 4 * 2**30 * (h * w) / (512 * 512) * (2 if self.nets.dtype == torch.float32 else 1)
+        return max(1, min(4, int((free - 2 * 2**30) // per_chunk)))
+
     @torch.no_grad()
     def frame(self, i: int) -> torch.Tensor:
-        """The i-th 12.5 fps frame, float [3, H, W] in 0..1 on the device (decoded in chunks of 8, cached)."""
+        """The i-th 12.5 fps frame, float [3, H, W] in 0..1 on the device (decoded in chunks of 8, several chunks
+        in one call when decode_batch allows: the decoder mixes frames within a chunk only, so the frames are the
+        same; the last two calls' chunks are cached)."""
         chunk = i // DECODE_CHUNK
         if chunk not in self._decoded:
-            lat = self.run()[0, chunk * DECODE_CHUNK:(chunk + 1) * DECODE_CHUNK]
+            lat_all = self.run()[0]
+            full = lat_all.shape[0] // DECODE_CHUNK  # chunks of 8 (a shorter last one is decoded alone)
+            take = max(1, min(self._decode_batch(), full - chunk)) if chunk < full else 1
+            lat = lat_all[chunk * DECODE_CHUNK:(chunk + take) * DECODE_CHUNK]
             vae = self.nets.vae
-            out = vae.decode(lat / vae.config.scaling_factor, num_frames=lat.shape[0]).sample
-            for old in [k for k in self._decoded if k < chunk - 1]:
-                del self._decoded[old]  # frames are asked for in order: keep the last two chunks
-            self._decoded[chunk] = (out.float() * 0.5 + 0.5).clamp(0, 1)
+            with _gpu_flags(self.settings):
+                out = vae.decode(lat / vae.config.scaling_factor, num_frames=min(DECODE_CHUNK, lat.shape[0])).sample
+            out = (out.float() * 0.5 + 0.5).clamp(0, 1)
+            for old in [k for k in self._decoded if k < chunk - take]:
+                del self._decoded[old]  # frames are asked for in order: keep the last call's chunks and this one's
+            for k in range(take):
+                self._decoded[chunk + k] = out[k * DECODE_CHUNK:(k + 1) * DECODE_CHUNK]
         return self._decoded[chunk][i % DECODE_CHUNK]
 
 
@@ -236,10 +305,29 @@ class SonicFrames:
         a, b = lat.frame(j // 2), lat.frame(j // 2 + 1)
         return lat.nets.ifnet(a[None], b[None])[0].clamp(0, 1)
 
+    @torch.no_grad()
+    def block(self, start: int, stop: int) -> torch.Tensor:
+        """Frames start..stop-1, float [k, 3, H, W] on the device: the RIFE middles of the range in batches of
+        RIFE_BATCH pairs (the same network on the same pairs as frame(j) one at a time)."""
+        lat = self.latents
+        if not lat.settings.interpolate:
+            return torch.stack([lat.frame(j) for j in range(start, stop)])
+        first, last = start // 2, (stop - 1 + 1) // 2  # model frames the range reads
+        model = [lat.frame(k) for k in range(first, last + 1)]
+        odd = [j for j in range(start, stop) if j % 2]
+        middles: dict[int, torch.Tensor] = {}
+        with _gpu_flags(lat.settings):
+            for b0 in range(0, len(odd), RIFE_BATCH):
+                js = odd[b0:b0 + RIFE_BATCH]
+                a = torch.stack([model[j // 2 - first] for j in js])
+                b = torch.stack([model[j // 2 + 1 - first] for j in js])
+                for j, m in zip(js, lat.nets.ifnet(a, b).clamp(0, 1)):
+                    middles[j] = m
+        return torch.stack([middles[j] if j % 2 else model[j // 2 - first] for j in range(start, stop)])
+
     def uint8(self, start: int, stop: int) -> np.ndarray:
         """Frames start..stop-1 as uint8 [k, H, W, 3] (x 255, truncated, as the reference writes them)."""
-        out = [(self.frame(j) * 255).to(torch.uint8).permute(1, 2, 0).cpu().numpy() for j in range(start, stop)]
-        return np.stack(out)
+        return (self.block(start, stop) * 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
 
 
 def resample_to_16k(wave: np.ndarray, rate: int) -> np.ndarray:
