@@ -104,3 +104,21 @@ def test_cli_options():
     assert parser.parse_args(["run", "--text", "t", "--voice", "v.wav", *common, "--fast-path"]).fast_path is True
     args = parser.parse_args(["speak", "--text", "t", "--out", "o.wav", "--engine", "cosyvoice2", "--fast-path"])
     assert args.fast_path is True
+
+
+def test_sonic_switch_becomes_its_compiled_unet_and_settings_pass_through(monkeypatch, caplog):
+    """The registry's sonic entry hands the resolved switch to sonic_frames (`compile_unet`) beside the model
+    settings (speed among them); the variable overrides the switch."""
+    from digital_human.talking_head.sonic import model
+
+    calls = []
+    monkeypatch.setattr(model, "sonic_frames", lambda *a, **k: calls.append((k["compile_unet"], k.get("speed"))) or "f")
+    monkeypatch.setattr(fast_path, "_announced", set())
+    monkeypatch.delenv(fast_path.SONIC_COMPILE_ENV, raising=False)
+    with caplog.at_level(logging.INFO, logger="digital_human"):
+        registry.generate_crops("faces", np.zeros(10), 16000, "sonic", 25.0, fast_path=True, settings={"speed": "fast"})
+    assert "Sonic fast path" in caplog.text
+    registry.generate_crops("faces", np.zeros(10), 16000, "sonic", 25.0, fast_path=False)
+    monkeypatch.setenv(fast_path.SONIC_COMPILE_ENV, "1")
+    registry.generate_crops("faces", np.zeros(10), 16000, "sonic", 25.0, fast_path=False)
+    assert calls == [(True, "fast"), (False, None), (True, None)]
