@@ -171,6 +171,11 @@ def _shim_modules() -> list[str]:
     import importlib.util
 
     made = []
+    import transformers.utils as tu
+
+    if not hasattr(tu, "FLAX_WEIGHTS_NAME"):  # transformers 5 dropped it; diffusers 0.32's pipeline module imports it
+        tu.FLAX_WEIGHTS_NAME = "flax_model.msgpack"
+        made.append("transformers.utils.FLAX_WEIGHTS_NAME")
     if importlib.util.find_spec("omegaconf") is None:
         import yaml
 
@@ -292,6 +297,9 @@ def main() -> None:
     parser.add_argument("--fast", default="8:2", help="fast-mode variants as steps:interval, comma separated")
     parser.add_argument("--fast-repeat", type=int, default=3)
     parser.add_argument("--skip", default="", help="rows to skip, comma separated (eager_fp16, fp32, ...)")
+    parser.add_argument("--only", default="", help="run only these rows, comma separated (also: eager_steps, "
+                                                    "stages, vram_low_fast: our eager at 1 and 3 steps, the decode "
+                                                    "/ RIFE split, vram low with the faster mode's reuse)")
     args = parser.parse_args()
     import_pack()
     from digital_human.engines.sonic.accelerate import compile_regions
@@ -299,6 +307,7 @@ def main() -> None:
     t_start = time.perf_counter()
     dev = torch.device(args.device)
     skip = set(filter(None, args.skip.split(",")))
+    only = set(filter(None, args.only.split(",")))
     reduced = args.size == "reduced"
     side = 64 if reduced else 512
     report: dict = {"date": "2026-12-02", "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
@@ -313,7 +322,8 @@ def main() -> None:
         print(f"[{report['wall_s']:7.1f} s] {note}: {json.dumps(rows.get(note, ''))}", flush=True)
 
     def attempt(name: str, fn) -> None:
-        if name in skip:
+        extra = ("eager_steps", "stages", "vram_low_fast")  # rows run only when --only names them
+        if name in skip or (only and name not in only) or (not only and name in extra):
             return
         try:
             fn()
@@ -375,6 +385,37 @@ def main() -> None:
             s, gib, _f, _l, _o = run(nets, framing, wave, **dict(eager, steps=1, vram="low"))
             rows["vram_low"] = {"seconds_1_step": round(s, 2), "peak_gib": gib}
         attempt("vram_low", low_row)
+
+        def low_fast_row():  # vram low with the faster mode's reuse: 2 steps (keep, reuse), eager
+            s, gib, _f, _l, _o = run(nets, framing, wave, **dict(eager, steps=2, vram="low", deep_cache_interval=2))
+            rows["vram_low_fast"] = {"seconds_2_steps": round(s, 2), "peak_gib": gib}
+        attempt("vram_low_fast", low_fast_row)
+
+        def steps_row():  # our eager pipeline timed like the reference's: 1 and 3 steps, per step extrapolated
+            r = {}
+            for steps in (1, 3):
+                r[str(steps)] = round(run(nets, framing, wave, batched=False, **dict(eager, steps=steps))[0], 2)
+            r["per_step_s"] = round((r["3"] - r["1"]) / 2, 3)
+            r["fixed_s"] = round(r["1"] - r["per_step_s"], 2)
+            r["extrapolated_25_steps_s"] = round(r["fixed_s"] + 25 * r["per_step_s"], 1)
+            rows["eager_steps"] = r
+        attempt("eager_steps", steps_row)
+
+        def stages_row():  # the frames stage split: VAE decode (1 or 4 chunks a call) and RIFE (1 or 16 pairs)
+            from digital_human.talking_head.sonic.pipeline import SonicSettings, _gpu_flags
+
+            g = torch.Generator().manual_seed(1)
+            lat = torch.randn(32, 4, side // 8, side // 8, generator=g).to(dev, nets.dtype)
+            vae, r = nets.vae, {}
+            with _gpu_flags(SonicSettings(cudnn_benchmark=True)):
+                r["decode_8_frames_s"] = timed_call(lambda: vae.decode(lat[:8], num_frames=8).sample, dev)
+                r["decode_32_frames_in_one_call_s"] = timed_call(lambda: vae.decode(lat, num_frames=8).sample, dev)
+                a = torch.rand(16, 3, side, side, generator=g).to(dev)
+                b = torch.rand(16, 3, side, side, generator=g).to(dev)
+                r["rife_1_pair_s"] = timed_call(lambda: nets.ifnet(a[:1], b[:1]), dev)
+                r["rife_16_pairs_s"] = timed_call(lambda: nets.ifnet(a, b), dev)
+            rows["stages"] = r
+        attempt("stages", stages_row)
 
         if args.reference:
             attempt("reference", lambda: rows.__setitem__("reference", reference_seconds(Path(args.reference), nets,

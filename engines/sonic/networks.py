@@ -200,8 +200,9 @@ def make_sonic_unet_class():
         def forward(self, sample, timestep, context, audio, added_time_ids, mask,  # type: ignore[override]
                     deep=None, keep_deep: bool = False):
             """deep / keep_deep: DeepCache-style reuse (the faster mode). keep_deep=True also returns the deep
-            features (the input of the last up block); deep=<those features> runs only the shallow path (conv_in,
-            the first down block, the last up block), so a call costs the full-resolution level alone."""
+            features (the second-to-last up block's output before its upsampler: a quarter of the memory of the
+            last up block's input); deep=<those features> runs only the shallow path (conv_in, the first down
+            block, that upsampler, the last up block), so a call costs the full-resolution level alone."""
             batch, frames = sample.shape[:2]
             timesteps = timestep if torch.is_tensor(timestep) else torch.tensor([timestep], device=sample.device)
             timesteps = timesteps.reshape(-1).to(sample.device).expand(batch)
@@ -220,19 +221,24 @@ def make_sonic_unet_class():
                         outs.append(hidden)
                     skips += outs
                 hidden = _run_mid(self.mid_block, hidden, emb, context, audio, mask, indicator)
-                for block in self.up_blocks[:-1]:
+                for block in self.up_blocks[:-2]:
                     n = len(block.resnets)
                     res, skips = skips[-n:], skips[:-n]
                     hidden, _ = _run_block(block, hidden, emb, context, audio, mask, indicator, res=res)
-                    if block.upsamplers is not None:
-                        for up in block.upsamplers:
-                            hidden = up(hidden)
+                    for up in block.upsamplers or ():
+                        hidden = up(hidden)
+                block = self.up_blocks[-2]
+                n = len(block.resnets)
+                res, skips = skips[-n:], skips[:-n]
+                hidden, _ = _run_block(block, hidden, emb, context, audio, mask, indicator, res=res)
             else:
                 # the last up block reads conv_in's output and the first down block's (before its downsampler)
                 _, outs = _run_block(self.down_blocks[0], hidden, emb, context, audio, mask, indicator)
                 skips += outs
                 hidden = deep
             kept = hidden
+            for up in self.up_blocks[-2].upsamplers or ():
+                hidden = up(hidden)
             last = self.up_blocks[-1]
             hidden, _ = _run_block(last, hidden, emb, context, audio, mask, indicator, res=skips[-len(last.resnets):])
             for up in last.upsamplers or ():

@@ -230,10 +230,12 @@ class SonicLatents:
             audio = torch.cat([p[2] for p in parts]).to(dt)
             args = (sample.to(dt), tt, ctx, audio, time_ids.repeat(b, 1), mask)
             if cache == "keep":
-                out, deep[key] = nets.unet(*args, keep_deep=True)
+                out, kept = nets.unet(*args, keep_deep=True)
+                # vram low keeps them in host memory (about 33 MB a window and branch at 512 px): the GPU's stays flat
+                deep[key] = kept.to("cpu") if s.vram == "low" else kept
                 return out
             if cache == "reuse":
-                return nets.unet(*args, deep=deep[key])
+                return nets.unet(*args, deep=deep[key].to(dev))
             return nets.unet(*args)
 
         if s.vram == "low":
