@@ -124,6 +124,13 @@ def run(nets, framing, wave, batched: bool = True, **settings):
 RUN_STAGES: dict[str, float] = {}
 
 
+def conv_layout(module: torch.nn.Module, fmt) -> None:
+    """The 2-D convolutions' weights in `fmt` (the temporal 3-D ones stay: channels_last is 4-D only)."""
+    for m in module.modules():
+        if isinstance(m, torch.nn.Conv2d):
+            m.weight.data = m.weight.data.contiguous(memory_format=fmt)
+
+
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
     return float("inf") if mse == 0 else round(10 * math.log10(255.0 ** 2 / mse), 2)
@@ -296,6 +303,7 @@ def main() -> None:
     parser.add_argument("--reference", default="", help="the reference's checkout (jixiaozhong/Sonic) to time")
     parser.add_argument("--fast", default="8:2", help="fast-mode variants as steps:interval, comma separated")
     parser.add_argument("--fast-repeat", type=int, default=3)
+    parser.add_argument("--probe", default="", help="extra measurements: channels_last (UNet call, VAE decode)")
     parser.add_argument("--skip", default="", help="rows to skip, comma separated (eager_fp16, fp32, ...)")
     parser.add_argument("--only", default="", help="run only these rows, comma separated (also: eager_steps, "
                                                     "stages, vram_low_fast: our eager at 1 and 3 steps, the decode "
@@ -364,6 +372,14 @@ def main() -> None:
                 r["eager_fp16_cudnn_autotuned_s"] = timed_call(lambda: nets.unet(*x16), dev)
                 _, deep = nets.unet(*x16, keep_deep=True)
                 r["eager_fp16_shallow_s"] = timed_call(lambda: nets.unet(*x16, deep=deep), dev)
+                if "channels_last" in args.probe:  # the convolutions' weights NHWC (cuDNN's native layout)
+                    ref = nets.unet(*x16)
+                    conv_layout(nets.unet, torch.channels_last)
+                    try:
+                        r["eager_fp16_channels_last_s"] = timed_call(lambda: nets.unet(*x16), dev)
+                        r["channels_last_max_abs"] = float((nets.unet(*x16) - ref).abs().max())
+                    finally:
+                        conv_layout(nets.unet, torch.contiguous_format)
             rows["unet_call"] = r
         attempt("unet_call", calls_row)
 
@@ -410,6 +426,14 @@ def main() -> None:
             with _gpu_flags(SonicSettings(cudnn_benchmark=True)):
                 r["decode_8_frames_s"] = timed_call(lambda: vae.decode(lat[:8], num_frames=8).sample, dev)
                 r["decode_32_frames_in_one_call_s"] = timed_call(lambda: vae.decode(lat, num_frames=8).sample, dev)
+                if "channels_last" in args.probe:
+                    ref = vae.decode(lat, num_frames=8).sample
+                    conv_layout(vae, torch.channels_last)
+                    try:
+                        r["decode_32_frames_channels_last_s"] = timed_call(lambda: vae.decode(lat, num_frames=8).sample, dev)
+                        r["decode_channels_last_max_abs"] = float((vae.decode(lat, num_frames=8).sample - ref).abs().max())
+                    finally:
+                        conv_layout(vae, torch.contiguous_format)
                 a = torch.rand(16, 3, side, side, generator=g).to(dev)
                 b = torch.rand(16, 3, side, side, generator=g).to(dev)
                 r["rife_1_pair_s"] = timed_call(lambda: nets.ifnet(a[:1], b[:1]), dev)
