@@ -30,9 +30,10 @@ COSYVOICE_COST = ("CosyVoice fast path (the LM step as a CUDA graph on a static 
                   "H200, then speech comes ~10x faster than eager FP32 (RTF 0.043 vs 0.418; benchmarks/RESULTS.md, "
                   "2026-12-01). Ignored without a CUDA GPU. Override: DIGITAL_HUMAN_COSYVOICE_FAST=1 or 0.")
 
-SONIC_COST = ("Sonic fast path (torch.compile of the UNet's blocks, CUDA only; the same frames within FP16 "
-              "rounding): the first video of a process compiles first (benchmarks/RESULTS_sonic.md gives the time on "
-              "an H200), later videos of the same size reuse it. Ignored on the CPU. "
+SONIC_COST = ("Sonic fast path (torch.compile of the UNet's blocks, CUDA only; frames within 1 level of eager "
+              "FP16): the first video of a process compiles first, about 110 s on an H200, later videos of the same "
+              "size reuse it; then 10 s of speech takes 37.7 s instead of 51.8 s at 25 steps "
+              "(benchmarks/RESULTS_sonic.md, 2026-12-02). Ignored on the CPU. "
               "Override: DIGITAL_HUMAN_SONIC_COMPILE=1 or 0.")
 
 _announced: set[str] = set()

@@ -92,7 +92,10 @@ def sonic_frames(faces: Any, wave: Any, rate: int, fps: float, *, backend: str =
     settings = SonicSettings(steps=int(steps), appearance_guidance=float(appearance_guidance),
                              audio_guidance=float(audio_guidance), dynamic_scale=float(dynamic_scale),
                              seed=int(seed), resolution=int(resolution), vram=vram, speed=speed,
-                             window_batch=0,  # a step's windows batched as far as the GPU has room
+                             # a step's windows batched as far as the GPU has room; compiled: one window a call,
+                             # so the compiled shapes do not depend on the clip's length (H200: 0.27 s a window
+                             # either way, benchmarks/RESULTS_sonic.md)
+                             window_batch=1 if (compile_unet and device == "cuda") else 0,
                              decode_batch=0)  # several 8-frame VAE chunks a call as far as it has room
     if compile_unet and device == "cuda":
         from ...engines.sonic.accelerate import compile_regions
