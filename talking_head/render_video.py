@@ -59,7 +59,10 @@ _CACHE_LOCK = threading.Lock()
 
 
 def clear_video_caches() -> None:
-    """Forget the paste regions and smoothing masks kept between requests."""
+    """Forget the paste regions, smoothing masks and decoded reference frames kept between requests."""
+    from ..media.frame_source import clear_kept_frames
+
+    clear_kept_frames()
     with _CACHE_LOCK:
         _REGIONS.clear()
         _SMOOTH.clear()
@@ -151,10 +154,10 @@ class _Prefetched:
 
     _END = object()
 
-    def __init__(self, chunks: Iterator, depth: int = 2) -> None:
+    def __init__(self, chunks: Iterator, depth: int = 2, name: str = "dh-video-chunks") -> None:
         self._box: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, args=(chunks,), name="dh-video-chunks", daemon=True)
+        self._thread = threading.Thread(target=self._work, args=(chunks,), name=name, daemon=True)
         self._thread.start()
 
     def _put(self, item) -> bool:
@@ -206,9 +209,9 @@ class _Prefetched:
         self._stop.set()
 
 
-def _prefetched(chunks: Iterator, depth: int = 2) -> _Prefetched:
-    """_Prefetched(chunks, depth): the worker starts now."""
-    return _Prefetched(chunks, depth)
+def _prefetched(chunks: Iterator, depth: int = 2, name: str = "dh-video-chunks") -> _Prefetched:
+    """_Prefetched(chunks, depth, name): the worker (thread `name`) starts now."""
+    return _Prefetched(chunks, depth, name)
 
 
 def paste_ranges(n: int, generated: int, paste: int) -> list[tuple[int, int]]:
@@ -286,7 +289,7 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
     # On a GPU the model may run up to 3 chunks ahead of the paste-back (a few MB of crops each): the paste
     # thread's small kernels crawl while the model's batches fill the GPU (a chunk every ~0.13 s beside them,
     # ~0.06 s after them, H200 MuseTalk), so the batches are best over early; on a CPU both share the cores.
-    made = _prefetched(crop_chunks(), depth=3 if dev.type == "cuda" else 1)
+    made = _prefetched(crop_chunks(), depth=3 if dev.type == "cuda" else 1, name="dh-video-model")
     try:
         yield from _paste_frames(gen, made, dev, generated, smooth_method, smooth_strength)
     finally:  # stopped early (error, interruption) or done: stop the model's thread too
@@ -471,16 +474,24 @@ def warp_frames(motion, frames, start: int, in_place: bool | None = None):
 
 
 def _priority_stream(dev):
-    """A context on a new high-priority CUDA stream of `dev` (a no-op on the CPU). The same kernels in
-    the same order, so the same frames; only their scheduling against other streams changes."""
+    """A new high-priority CUDA stream of `dev` (None on the CPU). The same kernels in the same order, so the
+    same frames; only their scheduling against other streams changes."""
+    import torch
+
+    if dev.type != "cuda":
+        return None
+    # a lower number is a higher priority; out-of-range values map to the highest the device has
+    return torch.cuda.Stream(device=dev, priority=-8)
+
+
+def _stream_context(stream):
+    """A context that makes `stream` current in this thread (a no-op for None). A fresh context per thread:
+    torch's StreamContext keeps the stream it replaces in itself."""
     import contextlib
 
     import torch
 
-    if dev.type != "cuda":
-        return contextlib.nullcontext()
-    # a lower number is a higher priority; out-of-range values map to the highest the device has
-    return torch.cuda.stream(torch.cuda.Stream(device=dev, priority=-8))
+    return contextlib.nullcontext() if stream is None else torch.cuda.stream(stream)
 
 
 def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: int, out_path: str | Path, *,
@@ -509,19 +520,34 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
     # version is ~30x slower than ffmpeg's own (SIMD) conversion, so RGB goes to ffmpeg as the nodes send it.
     yuv_here = dev.type == "cuda" if yuv_on_device is None else bool(yuv_on_device)
 
+    # on a GPU the paste-back, smoothing and YUV work (small kernels the encoder waits for) runs on a
+    # high-priority stream: queued behind a model's batches it held the encoder back
+    stream = _priority_stream(dev)
+
+    def composed_frames() -> Iterator:
+        with _stream_context(stream):
+            yield from iter_video_frames(gen, smooth_method=smooth_method, smooth_strength=smooth_strength,
+                                         device=dev, chunk_frames=chunk_frames, should_stop=should_stop)
+
     def encoder_chunks() -> Iterator[np.ndarray]:
-        # on a GPU the paste-back, smoothing and YUV work of this thread (small kernels the encoder waits
-        # for) runs on a high-priority stream: queued behind a model's batches it held the encoder back
-        with _priority_stream(dev):
-            for frames in iter_video_frames(gen, smooth_method=smooth_method, smooth_strength=smooth_strength,
-                                            device=dev, chunk_frames=chunk_frames, should_stop=should_stop):
-                yield rgb_to_yuv420p(frames, "edge").cpu().numpy() if yuv_here else frames.cpu().numpy()
+        # on a GPU two threads: one pastes, smooths and composes chunk k + 1 while this one converts chunk k to
+        # YUV and waits for its copy to the host. Both issue their kernels to the one stream, so they run in
+        # the order they were issued (the same work in the same order: the same frames), and no tensor crosses
+        # streams. On a CPU there is nothing to convert (ffmpeg does it): one thread, as before.
+        frames_iter = _prefetched(composed_frames(), depth=2, name="dh-video-paste") if yuv_here else None
+        try:
+            with _stream_context(stream):
+                for frames in (frames_iter if frames_iter is not None else composed_frames()):
+                    yield rgb_to_yuv420p(frames, "edge").cpu().numpy() if yuv_here else frames.cpu().numpy()
+        finally:
+            if frames_iter is not None:
+                frames_iter.close()
 
     def encode_progress(done: int, _total: int) -> None:
         if progress is not None:
             progress(done, n)
 
-    prepared = _prefetched(encoder_chunks())
+    prepared = _prefetched(encoder_chunks(), name="dh-video-frames")
     if yuv_here:  # yuv420p needs even sizes: rgb_to_yuv420p pads odd ones by repeating the edge
         stream = FrameStream(count=n, width=width + width % 2, height=height + height % 2, pix_fmt="yuv420p",
                              chunks=prepared)
