@@ -267,11 +267,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kinds", default="first_request,repeat_request", help="warm runs after the cold one")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--preset", default=None, help="x264 preset of the MP4 (default: render_talking_video's); a comma list: "
-                                                     "the repeat requests once per preset")
-    ap.add_argument("--x264", default=None, help="comma list of x264 presets (preset or preset@crf): encode the first 256 frames of --face "
-                                                 "(decoded once, YUV) + the speech with mux_video per preset, 3 "
-                                                 "times each (the encoder alone: wall, ffmpeg CPU, PSNR)")
+    ap.add_argument("--preset", default=None,
+                    help="x264 preset of the MP4 (default: render_talking_video's); a comma list: the repeat "
+                         "requests once per preset (an empty item: the default)")
+    ap.add_argument("--x264", default=None,
+                    help="comma list of x264 presets (preset or preset@crf): encode the first 256 frames of --face "
+                         "(decoded once, YUV) + the speech with mux_video per preset, 3 times each (the encoder "
+                         "alone: wall, ffmpeg CPU, PSNR)")
     ap.add_argument("--profile", action="store_true", help="sample every thread's stack in the last repeat request "
                                                             "(benchmarks/_stack_sampler.py)")
     ap.add_argument("--out", type=Path, required=True)

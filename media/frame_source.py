@@ -192,6 +192,13 @@ class VideoFrames:
             out = self.frame(int(key))
         else:
             idx = np.arange(self._count)[key] if isinstance(key, slice) else np.asarray(key, np.int64).reshape(-1)
+            if rest and all(isinstance(r, slice) for r in rest):
+                # rows/columns of each frame (the renderer's face box): only that part is copied, not whole frames
+                part = np.empty((self.height, self.width, 3), np.uint8)[rest].shape
+                out = np.empty((len(idx), *part), np.uint8)
+                for i, t in enumerate(idx):
+                    out[i] = self.frame(int(t))[rest]
+                return out
             out = np.empty((len(idx), self.height, self.width, 3), np.uint8)
             for i, t in enumerate(idx):
                 out[i] = self.frame(int(t))

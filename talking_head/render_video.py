@@ -422,7 +422,7 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
         if smoothing:
             smooth_masks_ahead(start, landmarks)
         base = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop], rows, cols])).to(dev)
-        masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
+        masks = torch.from_numpy(np.asarray(gen.mask_stack(start, stop), np.float32)).to(dev)  # stacked: a copy already
         pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
                              track.affines[idx[start:stop]], masks, (x0, y0))
         smooth_mask = None

@@ -147,3 +147,17 @@ def test_decoded_frames_are_kept_between_objects_under_a_byte_cap(data_dir, tmp_
     assert frame_source.kept_frames_bytes() == 0
     fourth.close()
     frame_source.clear_kept_frames()
+
+
+def test_frames_with_row_and_column_slices_copy_only_the_box(data_dir):
+    """frames[index array, rows, cols] (the renderer's face box) equals the full decode's box, contiguous."""
+    path = data_dir / "video" / "talk_en_male_01a.mp4"
+    expected, _ = read_video_frames(path, max_frames=20)
+    frames = VideoFrames(path, max_frames=20)
+    idx = np.array([3, 1, 7, 7, 19])
+    got = frames[idx, 40:200, 10:250]
+    np.testing.assert_array_equal(got, expected[idx, 40:200, 10:250])
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(frames[2:9, 5:6], expected[2:9, 5:6])
+    np.testing.assert_array_equal(frames[[0, 4]], expected[[0, 4]])
+    frames.close()
