@@ -228,7 +228,8 @@ def video(face: Path, speech: Path, precision: str, repeats: int,
                         runs.append(video_once(face, speech, out, precision, p_name or None))
                     print(label, precision, p_name or "default", json.dumps(runs[-1]), flush=True)
                 walls = [r["wall_s"] for r in runs]
-                res[label] = {"preset": p_name or "default (medium)", "median_wall_s": statistics.median(walls),
+                res[label] = {"preset": p_name or "default (render_talking_video's)",
+                              "median_wall_s": statistics.median(walls),
                               "walls_s": walls, "cpu_s": [round(r["total_cpu_s"], 3) for r in runs],
                               "last": runs[-1], "realtime_factor": runs[-1]["audio_s"] / statistics.median(walls)}
         del t

@@ -44,6 +44,13 @@ CHUNK_BOX_BYTES = 48 * 2**20
 # with the same arguments, so the same masks.
 SMOOTH_MASK_THREADS = max(1, min(4, (os.cpu_count() or 1) - 1))
 SMOOTH_MASKS_AHEAD = 4  # chunks whose masks may be made or held ahead (each a few MB at 512 px)
+# x264 preset of this path's MP4s when the caller names none (mux_video's own default is "medium"). 256 frames of
+# 512x512 + the speech, encoder alone (benchmarks/wav2lip_speed.py --x264; RESULTS.md, Wav2Lip): on an H200 host's
+# 16 cores veryfast 0.34 s vs medium 0.59 s, 2.0 vs 4.5 CPU-seconds; at CRF 18 its Y-PSNR against the frames
+# given is 48.0 dB (medium 49.5), the file 8% smaller. The encoder was the repeat request's floor on a GPU and a
+# fifth of its CPU time on 2 cores. crf 16 gives medium's quality within 0.6 dB (49.0 dB, +19% bytes);
+# preset="medium" gives the old files exactly.
+X264_PRESET = "veryfast"
 # Kept between requests for a reference that its model keys by content (GeneratedCrops.avatar_key: MuseTalk on a
 # video file, with face-mesh masks), as the avatar's track, latents and paste masks are: the paste region (0.12 s
 # of a 10-s 512x512 clip on an H200 host, every request) and the smoothing masks made from the reference's
@@ -502,13 +509,16 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
                          should_stop: Callable[[], bool] | None = None) -> TalkingVideoResult:
     """Paste `gen`'s crops into their reference frames, smooth the lower face like TemporalSmooth,
     and encode with `audio` to `out_path` like VideoMux (length_mode pad_audio). device: torch
-    device; None = CUDA when available, else CPU. yuv_on_device: convert RGB -> YUV 4:2:0 on `device`
+    device; None = CUDA when available, else CPU. preset: x264's (mp4; None = X264_PRESET) or VP9's cpu-used
+    (webm; None = mux_video's). yuv_on_device: convert RGB -> YUV 4:2:0 on `device`
     (None = on a GPU only; else ffmpeg converts). progress(done, total) counts encoded frames (every
     stage runs ahead of the encoder by a few chunks); should_stop() -> True aborts (no file is left).
     A streaming `gen` (crops made on demand) keeps memory flat in the video's length."""
     import torch
 
     t0 = time.perf_counter()
+    if preset is None and fmt == "mp4":
+        preset = X264_PRESET
     if isinstance(gen, GeneratedFrames):  # a whole-frame model: its frames are the video (nothing to paste)
         return _render_whole_frames(gen, audio, sample_rate, out_path, fmt, crf, preset, chunk_frames, progress,
                                     should_stop, t0)
@@ -522,10 +532,10 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
 
     # on a GPU the paste-back, smoothing and YUV work (small kernels the encoder waits for) runs on a
     # high-priority stream: queued behind a model's batches it held the encoder back
-    stream = _priority_stream(dev)
+    paste_stream = _priority_stream(dev)  # (not `stream`: that name is the encoder's FrameStream below)
 
     def composed_frames() -> Iterator:
-        with _stream_context(stream):
+        with _stream_context(paste_stream):
             yield from iter_video_frames(gen, smooth_method=smooth_method, smooth_strength=smooth_strength,
                                          device=dev, chunk_frames=chunk_frames, should_stop=should_stop)
 
@@ -536,7 +546,7 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
         # streams. On a CPU there is nothing to convert (ffmpeg does it): one thread, as before.
         frames_iter = _prefetched(composed_frames(), depth=2, name="dh-video-paste") if yuv_here else None
         try:
-            with _stream_context(stream):
+            with _stream_context(paste_stream):
                 for frames in (frames_iter if frames_iter is not None else composed_frames()):
                     yield rgb_to_yuv420p(frames, "edge").cpu().numpy() if yuv_here else frames.cpu().numpy()
         finally:
