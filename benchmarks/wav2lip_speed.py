@@ -115,6 +115,12 @@ def video_once(face: Path, speech: Path, out: Path, precision: str, preset: str 
 
     import resource
 
+    import torch
+
+    from digital_human.media import frame_source
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
     timer = StageTimer()
     ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     c0 = time.process_time()  # CPU seconds of every thread of this process: what the run needed of the cores
@@ -133,6 +139,9 @@ def video_once(face: Path, speech: Path, out: Path, precision: str, preset: str 
     children = (ch1.ru_utime + ch1.ru_stime) - (ch0.ru_utime + ch0.ru_stime)
     return {"wall_s": wall, "process_cpu_s": cpu, "children_cpu_s": children, "total_cpu_s": cpu + children,
             "frames": result.mux.frames_written, "audio_s": np.asarray(wave).shape[-1] / rate,
+            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
+            "kept_frames_mb": round(getattr(frame_source, "kept_frames_bytes", lambda: 0)() / 2**20, 1),
+            "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "stages": {k: round(v, 4) for k, v in timer.seconds.items()},
             "model_timings": {k: round(v, 4) for k, v in gen.timings.items()}, "backend": gen.backend}
 
@@ -217,16 +226,15 @@ def video(face: Path, speech: Path, precision: str, repeats: int,
                 for _ in range(repeats):
                     if kind == "first_request":
                         _forget()
-                    if profile and kind == "repeat_request" and len(runs) == repeats - 1:
-                        from _stack_sampler import StackSampler
-
-                        with StackSampler() as sampler:  # the last repeat request, sampled (a few % slower)
-                            runs.append(video_once(face, speech, out, precision, p_name or None))
-                        res[f"profile_{label}"] = sampler.report()
-                        print("profile", label, json.dumps(res[f"profile_{label}"]), flush=True)
-                    else:
-                        runs.append(video_once(face, speech, out, precision, p_name or None))
+                    runs.append(video_once(face, speech, out, precision, p_name or None))
                     print(label, precision, p_name or "default", json.dumps(runs[-1]), flush=True)
+                if profile and kind == "repeat_request":  # one more repeat request, sampled (not in the median)
+                    from _stack_sampler import StackSampler
+
+                    with StackSampler() as sampler:
+                        sampled = video_once(face, speech, out, precision, p_name or None)
+                    res[f"profile_{label}"] = {"run": sampled, **sampler.report()}
+                    print("profile", label, json.dumps(res[f"profile_{label}"]), flush=True)
                 walls = [r["wall_s"] for r in runs]
                 res[label] = {"preset": p_name or "default (render_talking_video's)",
                               "median_wall_s": statistics.median(walls),
@@ -275,8 +283,8 @@ def main() -> None:
                     help="comma list of x264 presets (preset or preset@crf): encode the first 256 frames of --face "
                          "(decoded once, YUV) + the speech with mux_video per preset, 3 times each (the encoder "
                          "alone: wall, ffmpeg CPU, PSNR)")
-    ap.add_argument("--profile", action="store_true", help="sample every thread's stack in the last repeat request "
-                                                            "(benchmarks/_stack_sampler.py)")
+    ap.add_argument("--profile", action="store_true", help="after the repeat requests, one more, with every thread's "
+                                                            "stack sampled (benchmarks/_stack_sampler.py)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     import torch
