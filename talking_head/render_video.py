@@ -437,8 +437,8 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
             smooth_mask = smooth_masks_of(start, stop, landmarks).to(dev)
         return torch.div(pasted, 255.0), smooth_mask  # as uint8_to_image divides
 
-    def to_uint8(box):
-        return (box * 255.0 + 0.5).clamp_(0, 255).to(torch.uint8)
+    def to_uint8(box):  # in place: every caller hands over a fresh tensor (stacked or divided) it drops after
+        return box.mul_(255.0).add_(0.5).clamp_(0, 255).to(torch.uint8)
 
     def composed(start: int, boxes):
         """The full frames of output frames start..start+len(boxes)-1 with their boxes in (and moved)."""

@@ -189,3 +189,22 @@ def test_node_and_headless_crops_agree_and_only_the_box_changes(tmp_path, releas
         assert np.array_equal(pasted[i][outside], frames[r][outside])
         inside = (slice(y1 + 2, y2 - 2), slice(x1 + 2, x2 - 2))
         assert np.abs(pasted[i][inside].astype(int) - frames[r][inside]).mean() > 1  # the generated face is in
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_inplace_inference_forward_equals_the_out_of_place_one(dtype):
+    """Without autograd the blocks add the residual and apply the ReLU in place: the same values, bit for bit,
+    as the reference's out-of-place forward (run here with grad mode on)."""
+    import torch
+
+    from digital_human.engines.wav2lip.networks import Wav2LipGenerator, fold_batchnorms
+
+    torch.manual_seed(0)
+    net = fold_batchnorms(Wav2LipGenerator().eval()).to(getattr(torch, dtype), memory_format=torch.channels_last)
+    mel = torch.randn(2, 1, 80, 16).to(getattr(torch, dtype))
+    faces = torch.rand(2, 6, 96, 96).to(getattr(torch, dtype)).contiguous(memory_format=torch.channels_last)
+    with torch.enable_grad():
+        reference = net(mel, faces).detach()
+    with torch.inference_mode():
+        got = net(mel, faces)
+    assert torch.equal(got, reference)
