@@ -480,15 +480,29 @@ def warp_frames(motion, frames, start: int, in_place: bool | None = None):
     return frames
 
 
+_PASTE_STREAMS: dict = {}  # CUDA device index -> the high-priority stream the paste and YUV work runs on
+_PASTE_STREAMS_LOCK = threading.Lock()
+
+
 def _priority_stream(dev):
-    """A new high-priority CUDA stream of `dev` (None on the CPU). The same kernels in the same order, so the
-    same frames; only their scheduling against other streams changes."""
+    """The high-priority CUDA stream of `dev` for the paste-back, smoothing and YUV work (None on the CPU); one
+    per device for the process. The same kernels in the same order, so the same frames; only their scheduling
+    against other streams changes. One stream, not a new one per request: torch hands out a pool of 32
+    priority streams round-robin and cuBLAS keeps a workspace per stream it ran on (the paste's affine_grid is a
+    batched matmul): the likely cause of the ~32 MB more peak GPU memory with every Wav2Lip request in the H200
+    run of 2026-12-02 (59648fa; this change not measured there). Concurrent renders share the stream: their paste
+    work queues in issue order."""
     import torch
 
     if dev.type != "cuda":
         return None
-    # a lower number is a higher priority; out-of-range values map to the highest the device has
-    return torch.cuda.Stream(device=dev, priority=-8)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    with _PASTE_STREAMS_LOCK:
+        stream = _PASTE_STREAMS.get(index)
+        if stream is None:
+            # a lower number is a higher priority; out-of-range values map to the highest the device has
+            stream = _PASTE_STREAMS[index] = torch.cuda.Stream(device=index, priority=-8)
+        return stream
 
 
 def _stream_context(stream):
