@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -106,13 +107,22 @@ def network(ckpt: Path, device: str, settings: list[str], batches: list[int], se
     return out
 
 
-def video_once(face: Path, speech: Path, out: Path, precision: str) -> dict:
+def video_once(face: Path, speech: Path, out: Path, precision: str, preset: str | None = None) -> dict:
     from digital_human.audio import decode_audio
     from digital_human.cli import HEADLESS_MAX_SPEECH_SECONDS, StageTimer, _faces_from_file, _seconds
     from digital_human.talking_head.registry import generate_crops
     from digital_human.talking_head.render_video import render_talking_video
 
+    import resource
+
+    import torch
+
+    from digital_human.media import frame_source
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
     timer = StageTimer()
+    ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     c0 = time.process_time()  # CPU seconds of every thread of this process: what the run needed of the cores
     t0 = time.perf_counter()
     wave, rate = timer.run("decode_audio", decode_audio, speech)
@@ -120,11 +130,72 @@ def video_once(face: Path, speech: Path, out: Path, precision: str) -> dict:
                                      model="wav2lip")
     gen = timer.run("talking_head_setup", generate_crops, faces, wave, rate, "wav2lip", fps, backend="auto",
                     precision=precision, streaming=True, max_audio_seconds=HEADLESS_MAX_SPEECH_SECONDS)
-    result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5)
+    result = timer.run("video", render_talking_video, gen, wave, rate, out, smooth_strength=0.5,
+                       **({"preset": preset} if preset else {}))
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "process_cpu_s": time.process_time() - c0, "frames": result.mux.frames_written, "audio_s": np.asarray(wave).shape[-1] / rate,
+    cpu = time.process_time() - c0
+    faces.frames.close() if hasattr(faces.frames, "close") else None  # its decoders end: their CPU time counts
+    ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    children = (ch1.ru_utime + ch1.ru_stime) - (ch0.ru_utime + ch0.ru_stime)
+    return {"wall_s": wall, "process_cpu_s": cpu, "children_cpu_s": children, "total_cpu_s": cpu + children,
+            "frames": result.mux.frames_written, "audio_s": np.asarray(wave).shape[-1] / rate,
+            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
+            "kept_frames_mb": round(getattr(frame_source, "kept_frames_bytes", lambda: 0)() / 2**20, 1),
+            "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "stages": {k: round(v, 4) for k, v in timer.seconds.items()},
             "model_timings": {k: round(v, 4) for k, v in gen.timings.items()}, "backend": gen.backend}
+
+
+def x264_presets(face: Path, speech: Path, presets: list[str], frames: int = 256) -> dict:
+    """The encoder alone: `frames` frames of `face` (decoded once, converted to yuv420p as the GPU path does)
+    and the speech -> MP4 through mux_video (FrameStream, chunks of 32, as render_talking_video) per x264
+    preset, 3 runs each: wall time, the encoder's CPU seconds, file size, and PSNR (Y) of the MP4's frames
+    against the frames given (decoded with the pack's reader)."""
+    import resource
+
+    import torch
+
+    from digital_human.audio import decode_audio
+    from digital_human.media.ffmpeg_tools import base_args
+    from digital_human.media.frame_source import VideoFrames
+    from digital_human.media.mux import FrameStream, mux_video
+    from digital_human.media.yuv import rgb_to_yuv420p
+
+    src = VideoFrames(face, max_frames=frames)
+    rgb = np.asarray(src[:])
+    src.close()
+    n, h, w = rgb.shape[:3]
+    yuv = rgb_to_yuv420p(torch.from_numpy(rgb)).numpy()
+    wave, rate = decode_audio(speech)
+    out: dict = {"frames": n, "size": [w, h]}
+    with tempfile.TemporaryDirectory() as tmp:
+        for setting in presets:  # "preset" or "preset@crf"
+            preset, _, crf = setting.partition("@")
+            runs = []
+            for _ in range(3):
+                path = Path(tmp) / f"{preset}_{crf or 18}.mp4"
+                ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                rep = mux_video(FrameStream(count=n, width=w, height=h, pix_fmt="yuv420p",
+                                            chunks=(yuv[i:i + 32] for i in range(0, n, 32))),
+                                wave, rate, 25.0, path, preset=preset, crf=int(crf) if crf else None)
+                wall = time.perf_counter() - t0
+                ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                runs.append({"wall_s": round(wall, 4), "encode_s": round(rep.encode_seconds, 4),
+                             "children_cpu_s": round((ch1.ru_utime + ch1.ru_stime) - (ch0.ru_utime + ch0.ru_stime), 3)})
+            # the MP4's own yuv420p planes against the ones given (the encoder's loss alone)
+            raw = subprocess.run([*base_args(), "-loglevel", "error", "-i", str(path), "-f", "rawvideo",
+                                  "-pix_fmt", "yuv420p", "pipe:1"], capture_output=True, check=True).stdout
+            dec = np.frombuffer(raw, np.uint8).reshape(yuv.shape).astype(np.float32)
+            y = h * w
+            mse_y = float(np.mean((dec[:, :y] - yuv[:, :y]) ** 2))
+            mse_all = float(np.mean((dec - yuv) ** 2))
+            out[setting] = {"runs": runs, "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+                           "median_encoder_cpu_s": statistics.median(r["children_cpu_s"] for r in runs),
+                           "bytes": path.stat().st_size, "psnr_y_db": round(10 * np.log10(255.0 ** 2 / mse_y), 3),
+                           "psnr_yuv_db": round(10 * np.log10(255.0 ** 2 / mse_all), 3)}
+            print("x264", setting, json.dumps(out[setting]), flush=True)
+    return out
 
 
 def _forget() -> None:
@@ -136,26 +207,39 @@ def _forget() -> None:
 
 
 def video(face: Path, speech: Path, precision: str, repeats: int,
-          kinds: tuple[str, ...] = ("first_request", "repeat_request"), first_label: str = "cold") -> dict:
+          kinds: tuple[str, ...] = ("first_request", "repeat_request"), first_label: str = "cold",
+          profile: bool = False, preset: str | None = None) -> dict:
     """first_label: "cold" for the process's first request; a later precision's first call (its model loaded
     then, the face models and the video's kept data already there) is "first_call"."""
     res: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "v.mp4"
         t = time.perf_counter()
-        res[first_label] = video_once(face, speech, out, precision)
+        res[first_label] = video_once(face, speech, out, precision, (preset or "").split(",")[0] or None)
         res[first_label]["process_s"] = time.perf_counter() - T_PROCESS
         print(first_label, precision, json.dumps(res[first_label]), flush=True)
+        presets = (preset or "").split(",")
         for kind in kinds:
-            runs = []
-            for _ in range(repeats):
-                if kind == "first_request":
-                    _forget()
-                runs.append(video_once(face, speech, out, precision))
-                print(kind, precision, json.dumps(runs[-1]), flush=True)
-            walls = [r["wall_s"] for r in runs]
-            res[kind] = {"median_wall_s": statistics.median(walls), "walls_s": walls, "last": runs[-1],
-                         "realtime_factor": runs[-1]["audio_s"] / statistics.median(walls)}
+            # kind[:preset] rows: the first preset's under the kind's name, each other's under kind_<preset>
+            for p_i, p_name in enumerate(presets if kind == "repeat_request" else presets[:1]):
+                runs, label = [], kind if p_i == 0 else f"{kind}_{p_name}"
+                for _ in range(repeats):
+                    if kind == "first_request":
+                        _forget()
+                    runs.append(video_once(face, speech, out, precision, p_name or None))
+                    print(label, precision, p_name or "default", json.dumps(runs[-1]), flush=True)
+                if profile and kind == "repeat_request":  # one more repeat request, sampled (not in the median)
+                    from _stack_sampler import StackSampler
+
+                    with StackSampler() as sampler:
+                        sampled = video_once(face, speech, out, precision, p_name or None)
+                    res[f"profile_{label}"] = {"run": sampled, **sampler.report()}
+                    print("profile", label, json.dumps(res[f"profile_{label}"]), flush=True)
+                walls = [r["wall_s"] for r in runs]
+                res[label] = {"preset": p_name or "default (render_talking_video's)",
+                              "median_wall_s": statistics.median(walls),
+                              "walls_s": walls, "cpu_s": [round(r["total_cpu_s"], 3) for r in runs],
+                              "last": runs[-1], "realtime_factor": runs[-1]["audio_s"] / statistics.median(walls)}
         del t
     return res
 
@@ -192,6 +276,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kinds", default="first_request,repeat_request", help="warm runs after the cold one")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--preset", default=None,
+                    help="x264 preset of the MP4 (default: render_talking_video's); a comma list: the repeat "
+                         "requests once per preset (an empty item: the default)")
+    ap.add_argument("--x264", default=None,
+                    help="comma list of x264 presets (preset or preset@crf): encode the first 256 frames of --face "
+                         "(decoded once, YUV) + the speech with mux_video per preset, 3 times each (the encoder "
+                         "alone: wall, ffmpeg CPU, PSNR)")
+    ap.add_argument("--profile", action="store_true", help="after the repeat requests, one more, with every thread's "
+                                                            "stack sampled (benchmarks/_stack_sampler.py)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     import torch
@@ -208,11 +301,20 @@ def main() -> None:
     if hasattr(os, "sched_getaffinity"):
         report["cpu_affinity"] = sorted(os.sched_getaffinity(0))
     ckpt = args.checkpoint
-    if ckpt is None:
+    if ckpt is None and (args.network or any(args.precision.split(","))):
         from digital_human.engines.wav2lip.random_release import write_checkpoint
+        from digital_human.paths import models_root
 
-        ckpt = write_checkpoint(Path(tempfile.mkdtemp()) / "wav2lip" / "wav2lip.pth", 0)
+        # a models root of its own: the random checkpoint beside links to the real root's folders (face models)
+        real, root = Path(models_root()), Path(tempfile.mkdtemp())
+        for entry in (real.iterdir() if real.is_dir() else ()):
+            if entry.name != "wav2lip":
+                (root / entry.name).symlink_to(entry.resolve())
+        ckpt = write_checkpoint(root / "wav2lip" / "wav2lip.pth", 0)
+        os.environ["DIGITAL_HUMAN_MODELS"] = str(root)
     try:
+        if args.x264 and args.face and args.speech:
+            report["x264"] = x264_presets(args.face, args.speech, args.x264.split(","))
         if args.network:
             settings = (args.settings or ("fp32,fp16,bf16,fp16:graphs" if device == "cuda" else "fp32,bf16")).split(",")
             batches = [int(b) for b in (args.batches or ("128,512" if device == "cuda" else "16")).split(",")]
@@ -222,7 +324,8 @@ def main() -> None:
             for i, prec in enumerate(p for p in args.precision.split(",") if p):
                 if prec == "fp32" and device == "cuda":
                     os.environ["DIGITAL_HUMAN_WAV2LIP_GRAPHS"] = "0"
-                row = video(args.face, args.speech, prec, args.repeats, kinds, "cold" if i == 0 else "first_call")
+                row = video(args.face, args.speech, prec, args.repeats, kinds, "cold" if i == 0 else "first_call",
+                            args.profile, args.preset)
                 report["video" if i == 0 else f"video_{prec}"] = row
                 report.setdefault("video_precisions", []).append(prec)
                 os.environ.pop("DIGITAL_HUMAN_WAV2LIP_GRAPHS", None)

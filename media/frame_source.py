@@ -10,9 +10,17 @@ frames apart, more than the cache holds at 1080p, and each keeps its own decoder
 instead of restarting one with a seek (which decodes again from the key frame before) at every switch.
 A jump backwards (a ping-pong schedule, a loop) starts a decoder with an accurate seek. `load_face_frames` is the single entry point for "a photo or a video
 file, at most `max_side` px on its longest side".
+
+Decoded frames are also kept between requests (KEPT_FRAMES_BYTES, process-wide, least recently used first out)
+under the file's content (BLAKE2b of its bytes), the decoded size and the frame index: a service asked again and
+again to lip-sync new speech onto the same reference video (MuseTalk's and Wav2Lip's "repeat request") then
+decodes nothing - every request opens the file anew, and decoding 10 s of 512x512 H.264 to RGB is ~0.3 s of a
+reader's time on an H200 host, in the renderer's paste thread. A replaced file has other bytes: a miss.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import subprocess
 import threading
 from collections import OrderedDict
@@ -28,6 +36,66 @@ DEFAULT_MAX_SIDE = 1920  # output at source size up to this (DESIGN 5c)
 CACHE_BYTES = 192 * 2**20  # decoded frames kept for reuse (the renderer re-reads recent ones)
 SEEK_AHEAD_FRAMES = 96  # a forward jump up to this many frames is read through, not sought
 MAX_DECODERS = 3  # forward readers kept decoding at once (one ffmpeg process each, the least recently used stopped)
+# decoded frames kept between VideoFrames objects of the same file (all of them together, at most this many bytes:
+# 256 MiB holds 10.9 s of 512x512 at 25 fps, 4.3 s of 1280x720); DIGITAL_HUMAN_KEPT_FRAMES_MB=0 keeps none
+KEPT_FRAMES_BYTES = int(float(os.environ.get("DIGITAL_HUMAN_KEPT_FRAMES_MB", "256")) * 2**20)
+_DIGEST_BLOCK = 8 * 2**20
+
+
+class _KeptFrames:
+    """Process-wide LRU of read-only decoded frames by (file content, size, index), bounded by KEPT_FRAMES_BYTES
+    (read at every put, so a changed limit applies at once)."""
+
+    def __init__(self) -> None:
+        self.items: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple) -> np.ndarray | None:
+        with self.lock:
+            hit = self.items.get(key)
+            if hit is not None:
+                self.items.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple, frame: np.ndarray) -> None:
+        limit = KEPT_FRAMES_BYTES
+        with self.lock:
+            old = self.items.pop(key, None)
+            if old is not None:
+                self.bytes -= old.nbytes
+            if frame.nbytes <= limit:
+                self.items[key] = frame
+                self.bytes += frame.nbytes
+            while self.bytes > limit and self.items:
+                self.bytes -= self.items.popitem(last=False)[1].nbytes
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.bytes = 0
+
+
+_KEPT = _KeptFrames()
+
+
+def clear_kept_frames() -> None:
+    """Forget the decoded frames kept between requests."""
+    _KEPT.clear()
+
+
+def kept_frames_bytes() -> int:
+    """Bytes of decoded frames kept between requests now."""
+    return _KEPT.bytes
+
+
+def file_digest(path: str | Path) -> str:
+    """BLAKE2b (20 bytes, hex) of a file's bytes: the content key of a video read from it."""
+    h = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as f:
+        while block := f.read(_DIGEST_BLOCK):
+            h.update(block)
+    return h.hexdigest()
 
 
 def capped_size(width: int, height: int, max_side: int | None) -> tuple[int, int]:
@@ -80,6 +148,21 @@ class VideoFrames:
         # the renderer reads from a preparing thread; re-entrant: a decoder that ends early re-reads the last frame
         self._lock = threading.RLock()
         self.decoded = 0  # frames decoded so far (a cost measure for tests and benchmarks)
+        self._digest: str | None = None
+
+    def content_digest(self) -> str:
+        """BLAKE2b of the file's bytes, computed once per object (vision.content_key uses it too)."""
+        if self._digest is None:
+            self._digest = file_digest(self.path)
+        return self._digest
+
+    def _kept_key(self, t: int) -> tuple | None:
+        if KEPT_FRAMES_BYTES <= 0:
+            return None
+        try:
+            return (self.content_digest(), self.width, self.height, t)
+        except OSError:  # the file went away: decode as before (the decoder reports it)
+            return None
 
     # --- array protocol --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -109,6 +192,13 @@ class VideoFrames:
             out = self.frame(int(key))
         else:
             idx = np.arange(self._count)[key] if isinstance(key, slice) else np.asarray(key, np.int64).reshape(-1)
+            if rest and all(isinstance(r, slice) for r in rest):
+                # rows/columns of each frame (the renderer's face box): only that part is copied, not whole frames
+                part = np.empty((self.height, self.width, 3), np.uint8)[rest].shape
+                out = np.empty((len(idx), *part), np.uint8)
+                for i, t in enumerate(idx):
+                    out[i] = self.frame(int(t))[rest]
+                return out
             out = np.empty((len(idx), self.height, self.width, 3), np.uint8)
             for i, t in enumerate(idx):
                 out[i] = self.frame(int(t))
@@ -131,6 +221,9 @@ class VideoFrames:
             if hit is not None:
                 self._cache.move_to_end(t)
                 return hit
+            kept_key = self._kept_key(t)
+            if kept_key is not None and (hit := _KEPT.get(kept_key)) is not None:
+                return hit
             dec = self._decoder_for(t)
             while dec.pos <= t:
                 buf = np.empty((self.height, self.width, 3), np.uint8)
@@ -144,6 +237,8 @@ class VideoFrames:
                     return self.frame(min(t, self._count - 1))
                 buf.flags.writeable = False
                 self._remember(dec.pos, buf)
+                if kept_key is not None:
+                    _KEPT.put(kept_key[:3] + (dec.pos,), buf)
                 dec.pos += 1
                 self.decoded += 1
             return self._cache[t]

@@ -44,6 +44,13 @@ CHUNK_BOX_BYTES = 48 * 2**20
 # with the same arguments, so the same masks.
 SMOOTH_MASK_THREADS = max(1, min(4, (os.cpu_count() or 1) - 1))
 SMOOTH_MASKS_AHEAD = 4  # chunks whose masks may be made or held ahead (each a few MB at 512 px)
+# x264 preset of this path's MP4s when the caller names none (mux_video's own default is "medium"). 256 frames of
+# 512x512 + the speech, encoder alone (benchmarks/wav2lip_speed.py --x264; RESULTS.md, Wav2Lip): on an H200 host's
+# 16 cores veryfast 0.34 s vs medium 0.59 s, 2.0 vs 4.5 CPU-seconds; at CRF 18 its Y-PSNR against the frames
+# given is 48.0 dB (medium 49.5), the file 8% smaller. The encoder was the repeat request's floor on a GPU and a
+# fifth of its CPU time on 2 cores. crf 16 gives medium's quality within 0.6 dB (49.0 dB, +19% bytes);
+# preset="medium" gives the old files exactly.
+X264_PRESET = "veryfast"
 # Kept between requests for a reference that its model keys by content (GeneratedCrops.avatar_key: MuseTalk on a
 # video file, with face-mesh masks), as the avatar's track, latents and paste masks are: the paste region (0.12 s
 # of a 10-s 512x512 clip on an H200 host, every request) and the smoothing masks made from the reference's
@@ -59,7 +66,10 @@ _CACHE_LOCK = threading.Lock()
 
 
 def clear_video_caches() -> None:
-    """Forget the paste regions and smoothing masks kept between requests."""
+    """Forget the paste regions, smoothing masks and decoded reference frames kept between requests."""
+    from ..media.frame_source import clear_kept_frames
+
+    clear_kept_frames()
     with _CACHE_LOCK:
         _REGIONS.clear()
         _SMOOTH.clear()
@@ -151,10 +161,10 @@ class _Prefetched:
 
     _END = object()
 
-    def __init__(self, chunks: Iterator, depth: int = 2) -> None:
+    def __init__(self, chunks: Iterator, depth: int = 2, name: str = "dh-video-chunks") -> None:
         self._box: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, args=(chunks,), name="dh-video-chunks", daemon=True)
+        self._thread = threading.Thread(target=self._work, args=(chunks,), name=name, daemon=True)
         self._thread.start()
 
     def _put(self, item) -> bool:
@@ -206,9 +216,9 @@ class _Prefetched:
         self._stop.set()
 
 
-def _prefetched(chunks: Iterator, depth: int = 2) -> _Prefetched:
-    """_Prefetched(chunks, depth): the worker starts now."""
-    return _Prefetched(chunks, depth)
+def _prefetched(chunks: Iterator, depth: int = 2, name: str = "dh-video-chunks") -> _Prefetched:
+    """_Prefetched(chunks, depth, name): the worker (thread `name`) starts now."""
+    return _Prefetched(chunks, depth, name)
 
 
 def paste_ranges(n: int, generated: int, paste: int) -> list[tuple[int, int]]:
@@ -286,7 +296,7 @@ def iter_video_frames(gen: GeneratedCrops, *, smooth_method: str = "one_euro", s
     # On a GPU the model may run up to 3 chunks ahead of the paste-back (a few MB of crops each): the paste
     # thread's small kernels crawl while the model's batches fill the GPU (a chunk every ~0.13 s beside them,
     # ~0.06 s after them, H200 MuseTalk), so the batches are best over early; on a CPU both share the cores.
-    made = _prefetched(crop_chunks(), depth=3 if dev.type == "cuda" else 1)
+    made = _prefetched(crop_chunks(), depth=3 if dev.type == "cuda" else 1, name="dh-video-model")
     try:
         yield from _paste_frames(gen, made, dev, generated, smooth_method, smooth_strength)
     finally:  # stopped early (error, interruption) or done: stop the model's thread too
@@ -419,7 +429,7 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
         if smoothing:
             smooth_masks_ahead(start, landmarks)
         base = torch.from_numpy(np.ascontiguousarray(track.frames[idx[start:stop], rows, cols])).to(dev)
-        masks = torch.from_numpy(gen.mask_stack(start, stop).astype(np.float32)).to(dev)
+        masks = torch.from_numpy(np.asarray(gen.mask_stack(start, stop), np.float32)).to(dev)  # stacked: a copy already
         pasted = paste_boxes(base.float(), torch.from_numpy(np.ascontiguousarray(crops)).to(dev),
                              track.affines[idx[start:stop]], masks, (x0, y0))
         smooth_mask = None
@@ -427,8 +437,8 @@ def _paste_frames(gen: GeneratedCrops, made: _Prefetched, dev, generated: int, s
             smooth_mask = smooth_masks_of(start, stop, landmarks).to(dev)
         return torch.div(pasted, 255.0), smooth_mask  # as uint8_to_image divides
 
-    def to_uint8(box):
-        return (box * 255.0 + 0.5).clamp_(0, 255).to(torch.uint8)
+    def to_uint8(box):  # in place: every caller hands over a fresh tensor (stacked or divided) it drops after
+        return box.mul_(255.0).add_(0.5).clamp_(0, 255).to(torch.uint8)
 
     def composed(start: int, boxes):
         """The full frames of output frames start..start+len(boxes)-1 with their boxes in (and moved)."""
@@ -470,17 +480,39 @@ def warp_frames(motion, frames, start: int, in_place: bool | None = None):
     return frames
 
 
+_PASTE_STREAMS: dict = {}  # CUDA device index -> the high-priority stream the paste and YUV work runs on
+_PASTE_STREAMS_LOCK = threading.Lock()
+
+
 def _priority_stream(dev):
-    """A context on a new high-priority CUDA stream of `dev` (a no-op on the CPU). The same kernels in
-    the same order, so the same frames; only their scheduling against other streams changes."""
+    """The high-priority CUDA stream of `dev` for the paste-back, smoothing and YUV work (None on the CPU); one
+    per device for the process. The same kernels in the same order, so the same frames; only their scheduling
+    against other streams changes. One stream, not a new one per request: torch hands out a pool of 32
+    priority streams round-robin and cuBLAS keeps a workspace per stream it ran on (the paste's affine_grid is a
+    batched matmul): the likely cause of the ~32 MB more peak GPU memory with every Wav2Lip request in the H200
+    run of 2026-12-02 (59648fa; this change not measured there). Concurrent renders share the stream: their paste
+    work queues in issue order."""
+    import torch
+
+    if dev.type != "cuda":
+        return None
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    with _PASTE_STREAMS_LOCK:
+        stream = _PASTE_STREAMS.get(index)
+        if stream is None:
+            # a lower number is a higher priority; out-of-range values map to the highest the device has
+            stream = _PASTE_STREAMS[index] = torch.cuda.Stream(device=index, priority=-8)
+        return stream
+
+
+def _stream_context(stream):
+    """A context that makes `stream` current in this thread (a no-op for None). A fresh context per thread:
+    torch's StreamContext keeps the stream it replaces in itself."""
     import contextlib
 
     import torch
 
-    if dev.type != "cuda":
-        return contextlib.nullcontext()
-    # a lower number is a higher priority; out-of-range values map to the highest the device has
-    return torch.cuda.stream(torch.cuda.Stream(device=dev, priority=-8))
+    return contextlib.nullcontext() if stream is None else torch.cuda.stream(stream)
 
 
 def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: int, out_path: str | Path, *,
@@ -491,13 +523,16 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
                          should_stop: Callable[[], bool] | None = None) -> TalkingVideoResult:
     """Paste `gen`'s crops into their reference frames, smooth the lower face like TemporalSmooth,
     and encode with `audio` to `out_path` like VideoMux (length_mode pad_audio). device: torch
-    device; None = CUDA when available, else CPU. yuv_on_device: convert RGB -> YUV 4:2:0 on `device`
+    device; None = CUDA when available, else CPU. preset: x264's (mp4; None = X264_PRESET) or VP9's cpu-used
+    (webm; None = mux_video's). yuv_on_device: convert RGB -> YUV 4:2:0 on `device`
     (None = on a GPU only; else ffmpeg converts). progress(done, total) counts encoded frames (every
     stage runs ahead of the encoder by a few chunks); should_stop() -> True aborts (no file is left).
     A streaming `gen` (crops made on demand) keeps memory flat in the video's length."""
     import torch
 
     t0 = time.perf_counter()
+    if preset is None and fmt == "mp4":
+        preset = X264_PRESET
     if isinstance(gen, GeneratedFrames):  # a whole-frame model: its frames are the video (nothing to paste)
         return _render_whole_frames(gen, audio, sample_rate, out_path, fmt, crf, preset, chunk_frames, progress,
                                     should_stop, t0)
@@ -509,19 +544,34 @@ def render_talking_video(gen: GeneratedCrops, audio: np.ndarray, sample_rate: in
     # version is ~30x slower than ffmpeg's own (SIMD) conversion, so RGB goes to ffmpeg as the nodes send it.
     yuv_here = dev.type == "cuda" if yuv_on_device is None else bool(yuv_on_device)
 
+    # on a GPU the paste-back, smoothing and YUV work (small kernels the encoder waits for) runs on a
+    # high-priority stream: queued behind a model's batches it held the encoder back
+    paste_stream = _priority_stream(dev)  # (not `stream`: that name is the encoder's FrameStream below)
+
+    def composed_frames() -> Iterator:
+        with _stream_context(paste_stream):
+            yield from iter_video_frames(gen, smooth_method=smooth_method, smooth_strength=smooth_strength,
+                                         device=dev, chunk_frames=chunk_frames, should_stop=should_stop)
+
     def encoder_chunks() -> Iterator[np.ndarray]:
-        # on a GPU the paste-back, smoothing and YUV work of this thread (small kernels the encoder waits
-        # for) runs on a high-priority stream: queued behind a model's batches it held the encoder back
-        with _priority_stream(dev):
-            for frames in iter_video_frames(gen, smooth_method=smooth_method, smooth_strength=smooth_strength,
-                                            device=dev, chunk_frames=chunk_frames, should_stop=should_stop):
-                yield rgb_to_yuv420p(frames, "edge").cpu().numpy() if yuv_here else frames.cpu().numpy()
+        # on a GPU two threads: one pastes, smooths and composes chunk k + 1 while this one converts chunk k to
+        # YUV and waits for its copy to the host. Both issue their kernels to the one stream, so they run in
+        # the order they were issued (the same work in the same order: the same frames), and no tensor crosses
+        # streams. On a CPU there is nothing to convert (ffmpeg does it): one thread, as before.
+        frames_iter = _prefetched(composed_frames(), depth=2, name="dh-video-paste") if yuv_here else None
+        try:
+            with _stream_context(paste_stream):
+                for frames in (frames_iter if frames_iter is not None else composed_frames()):
+                    yield rgb_to_yuv420p(frames, "edge").cpu().numpy() if yuv_here else frames.cpu().numpy()
+        finally:
+            if frames_iter is not None:
+                frames_iter.close()
 
     def encode_progress(done: int, _total: int) -> None:
         if progress is not None:
             progress(done, n)
 
-    prepared = _prefetched(encoder_chunks())
+    prepared = _prefetched(encoder_chunks(), name="dh-video-frames")
     if yuv_here:  # yuv420p needs even sizes: rgb_to_yuv420p pads odd ones by repeating the edge
         stream = FrameStream(count=n, width=width + width % 2, height=height + height % 2, pix_fmt="yuv420p",
                              chunks=prepared)

@@ -56,6 +56,7 @@ def test_readers_apart_keep_their_own_decoders(data_dir, monkeypatch):
 
     path = data_dir / "video" / "talk_en_male_01a.mp4"
     expected, _ = read_video_frames(path, max_frames=90)
+    monkeypatch.setattr(frame_source, "KEPT_FRAMES_BYTES", 0)  # decoders measured here, not frames kept
     starts = []
     start = frame_source.VideoFrames._start
 
@@ -104,4 +105,59 @@ def test_a_video_shorter_than_its_header_repeats_its_last_frame(data_dir):
     assert not reader.is_alive(), "frame() deadlocked on a video shorter than its header"
     assert len(frames) == total
     np.testing.assert_array_equal(out["frame"], last)
+    frames.close()
+
+
+def test_decoded_frames_are_kept_between_objects_under_a_byte_cap(data_dir, tmp_path, monkeypatch):
+    """A second VideoFrames of the same file (a repeat request) decodes nothing and gives the same frames; a file
+    with other bytes under the same path is a miss; the kept bytes never pass KEPT_FRAMES_BYTES."""
+    import shutil
+
+    from digital_human.media import frame_source
+
+    frame_source.clear_kept_frames()
+    src = tmp_path / "v.mp4"
+    shutil.copyfile(data_dir / "video" / "talk_en_male_01a.mp4", src)
+    expected, _ = read_video_frames(src, max_frames=30)
+    first = VideoFrames(src, max_frames=30)
+    np.testing.assert_array_equal(first[:], expected)
+    first.close()
+    second = VideoFrames(src, max_frames=30)
+    np.testing.assert_array_equal(second[:], expected)
+    assert second.decoded == 0 and frame_source.kept_frames_bytes() == expected.nbytes
+    second.close()
+    # the same path, other bytes: decoded again, its own frames
+    shutil.copyfile(data_dir / "video" / "talk_en_male_01b.mp4", src)
+    other_expected, _ = read_video_frames(src, max_frames=10)
+    other = VideoFrames(src, max_frames=10)
+    np.testing.assert_array_equal(other[:], other_expected)
+    assert other.decoded == 10
+    other.close()
+    # a cap of 12 frames: the least recently used go first, never more than the cap held
+    monkeypatch.setattr(frame_source, "KEPT_FRAMES_BYTES", 12 * expected[0].nbytes)
+    frame_source.clear_kept_frames()
+    third = VideoFrames(src, max_frames=30)
+    third[:]
+    assert frame_source.kept_frames_bytes() == 12 * expected[0].nbytes
+    third.close()
+    monkeypatch.setattr(frame_source, "KEPT_FRAMES_BYTES", 0)  # none kept
+    frame_source.clear_kept_frames()
+    fourth = VideoFrames(src, max_frames=5)
+    fourth[:]
+    assert frame_source.kept_frames_bytes() == 0
+    fourth.close()
+    frame_source.clear_kept_frames()
+
+
+def test_frames_with_row_and_column_slices_copy_only_the_box(data_dir):
+    """frames[index array, rows, cols] (the renderer's face box) equals the full decode's box, contiguous."""
+    path = data_dir / "video" / "talk_en_male_01a.mp4"
+    expected, _ = read_video_frames(path, max_frames=20)
+    frames = VideoFrames(path, max_frames=20)
+    idx = np.array([3, 1, 7, 7, 19])
+    got = frames[idx, 40:200, 10:250]
+    np.testing.assert_array_equal(got, expected[idx, 40:200, 10:250])
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(frames[2:9, 5:6], expected[2:9, 5:6])
+    np.testing.assert_array_equal(frames[[0, 4]], expected[[0, 4]])
     frames.close()

@@ -174,3 +174,34 @@ def test_streaming_generation_has_no_seams(photo_track, video_track, speech, whi
     for chunk in (1, 7, 16):
         got = np.concatenate([c.numpy() for c in iter_video_frames(streaming, device="cpu", chunk_frames=chunk)])
         np.testing.assert_array_equal(got, whole)
+
+
+def test_gpu_paste_threads_get_only_the_paste_stream(tmp_path, photo_track, speech, monkeypatch):
+    """With YUV made on the device, paste and conversion run on two threads that both make the paste stream
+    current: only that stream (never another object) reaches the stream context, in both threads, and the
+    frames are those of the one-thread CPU path. (A CUDA stream cannot be made here: a marker stands in.)"""
+    import threading
+
+    from digital_human.media.probe import read_video_frames
+    from digital_human.talking_head import render_video as rv
+
+    marker, seen = object(), []
+
+    def context(stream):
+        import contextlib
+
+        seen.append((stream, threading.current_thread().name))
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(rv, "_priority_stream", lambda dev: marker)
+    monkeypatch.setattr(rv, "_stream_context", context)
+    wave, sr = speech
+    gen = portrait_crops(photo_track, wave, sr, 25.0)
+    two = render_talking_video(gen, wave, sr, tmp_path / "two.mp4", device="cpu", chunk_frames=16, yuv_on_device=True)
+    assert seen and all(s is marker for s, _ in seen)
+    assert {"dh-video-paste", "dh-video-frames"} <= {name for _, name in seen}
+    monkeypatch.undo()
+    one = render_talking_video(gen, wave, sr, tmp_path / "one.mp4", device="cpu", chunk_frames=16, yuv_on_device=True)
+    a, _ = read_video_frames(two.path)
+    b, _ = read_video_frames(one.path)
+    np.testing.assert_array_equal(a, b)

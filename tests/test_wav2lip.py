@@ -105,6 +105,22 @@ def test_boxes_and_network_inputs_equal_the_reference(fixture):
     np.testing.assert_array_equal(np.round(x * 255).astype(np.uint8), fixture["ref_img_u8"].transpose(0, 3, 1, 2))
 
 
+def test_network_inputs_equal_the_float64_division_bit_for_bit():
+    """network_inputs divides in float32: for every uint8 value that equals the reference's float64 / 255
+    rounded to float32 (its np.float32 batch), so the generator sees the same inputs."""
+    from digital_human.talking_head.wav2lip.crops import network_inputs
+
+    values = np.arange(256, dtype=np.uint8)
+    assert np.array_equal(values.astype(np.float32) / np.float32(255.0), (values / 255.0).astype(np.float32))
+    faces = np.random.default_rng(0).integers(0, 256, (3, 96, 96, 3), dtype=np.uint8)
+    masked = faces.copy()
+    masked[:, 48:] = 0
+    reference = (np.concatenate((masked, faces), axis=3) / 255.0).transpose(0, 3, 1, 2).astype(np.float32)
+    got = network_inputs(faces)
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, reference)
+
+
 def test_network_and_paste_equal_the_reference(fixture, release):
     from digital_human.talking_head.driver import frame_schedule
     from digital_human.talking_head.wav2lip.crops import output_uint8
@@ -173,3 +189,22 @@ def test_node_and_headless_crops_agree_and_only_the_box_changes(tmp_path, releas
         assert np.array_equal(pasted[i][outside], frames[r][outside])
         inside = (slice(y1 + 2, y2 - 2), slice(x1 + 2, x2 - 2))
         assert np.abs(pasted[i][inside].astype(int) - frames[r][inside]).mean() > 1  # the generated face is in
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_inplace_inference_forward_equals_the_out_of_place_one(dtype):
+    """Without autograd the blocks add the residual and apply the ReLU in place: the same values, bit for bit,
+    as the reference's out-of-place forward (run here with grad mode on)."""
+    import torch
+
+    from digital_human.engines.wav2lip.networks import Wav2LipGenerator, fold_batchnorms
+
+    torch.manual_seed(0)
+    net = fold_batchnorms(Wav2LipGenerator().eval()).to(getattr(torch, dtype), memory_format=torch.channels_last)
+    mel = torch.randn(2, 1, 80, 16).to(getattr(torch, dtype))
+    faces = torch.rand(2, 6, 96, 96).to(getattr(torch, dtype)).contiguous(memory_format=torch.channels_last)
+    with torch.enable_grad():
+        reference = net(mel, faces).detach()
+    with torch.inference_mode():
+        got = net(mel, faces)
+    assert torch.equal(got, reference)

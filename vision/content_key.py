@@ -42,8 +42,9 @@ def _compute(frames: Any) -> str | None:
     shape = getattr(frames, "shape", None)
     if path is None or shape is None or not callable(getattr(frames, "frame", None)):
         return None
-    try:
-        digest = _file_digest(Path(path))
+    try:  # VideoFrames hashes its file once (its kept decoded frames use the same digest)
+        own = getattr(frames, "content_digest", None)
+        digest = own() if callable(own) else _file_digest(Path(path))
     except OSError:
         return None
     return f"video:{digest}:{tuple(int(s) for s in shape)}"

@@ -58,7 +58,13 @@ class ConvBNReLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.conv_block(x)
-        return torch.relu(out + x if self.residual else out)
+        if torch.is_grad_enabled():  # autograd: out-of-place, as written in the reference
+            return torch.relu(out + x if self.residual else out)
+        # inference: the same sum and ReLU in the conv's own output (no temporaries: ~10% of a CPU forward was
+        # these two passes' allocations and copies); equal values, out is a fresh tensor nobody else holds
+        if self.residual:
+            out.add_(x)
+        return out.relu_()
 
 
 def _stage(layers) -> nn.Sequential:

@@ -157,8 +157,10 @@ def network_inputs(faces_bgr: np.ndarray) -> np.ndarray:
     """float32 [B, 6, 96, 96]: [bottom half zeroed, reference] / 255, channels first (datagen's arrays)."""
     masked = faces_bgr.copy()
     masked[:, FACE_SIZE // 2:] = 0
-    both = np.concatenate((masked, faces_bgr), axis=3) / 255.0
-    return np.ascontiguousarray(both.transpose(0, 3, 1, 2), np.float32)
+    # float32 / 255 equals the reference's float64 / 255 rounded to float32 for every uint8 value (checked for
+    # all 256 in tests/test_wav2lip.py), at half the memory traffic of a float64 temporary
+    both = np.concatenate((masked, faces_bgr), axis=3).astype(np.float32) / np.float32(255.0)
+    return np.ascontiguousarray(both.transpose(0, 3, 1, 2))
 
 
 def output_uint8(pred) -> np.ndarray:
