@@ -2,7 +2,8 @@
 
 MuseTalk's fast path is torch.compile of its generation step and VAE encoder, replayed as CUDA graphs;
 CosyVoice 2's is the LM step on a static KV cache captured as a CUDA graph (compiled), plus the
-flow and vocoder speed-ups (engines/cosyvoice/engine.py FastPath). Both are CUDA-only and both cost
+flow and vocoder speed-ups (engines/cosyvoice/engine.py FastPath); LatentSync's is torch.compile of its UNet step
+and VAE (engines/latentsync/pipeline.py FastPath). All are CUDA-only and all cost
 time once per process before they pay off, so they are off by default and the user switches them on
 (`fast_path` input, `--fast-path`). The variables, when set to 1 or 0, win over the switch, so a
 deployment can force either way without editing workflows. Figures: benchmarks/RESULTS.md (H200).
@@ -17,6 +18,7 @@ log = logging.getLogger("digital_human")
 # the same names the engines read (engines/musetalk/pipeline.py COMPILE_ENV, engines/cosyvoice/engine.py FAST_ENV)
 MUSETALK_COMPILE_ENV = "DIGITAL_HUMAN_MUSETALK_COMPILE"
 COSYVOICE_FAST_ENV = "DIGITAL_HUMAN_COSYVOICE_FAST"
+LATENTSYNC_COMPILE_ENV = "DIGITAL_HUMAN_LATENTSYNC_COMPILE"
 
 # the first-use cost, said in the tooltips, the CLI help and the log when the switch is on
 MUSETALK_COST = ("MuseTalk fast path (torch.compile + CUDA graphs, CUDA only): the first video of a process "
@@ -28,6 +30,11 @@ COSYVOICE_COST = ("CosyVoice fast path (the LM step as a CUDA graph on a static 
                   "runs on the GPU): the first synthesis of a process compiles and captures it, about 30 s on an "
                   "H200, then speech comes ~10x faster than eager FP32 (RTF 0.043 vs 0.418; benchmarks/RESULTS.md, "
                   "2026-12-01). Ignored without a CUDA GPU. Override: DIGITAL_HUMAN_COSYVOICE_FAST=1 or 0.")
+
+LATENTSYNC_COST = ("LatentSync fast path (torch.compile of the UNet step and the VAE, CUDA only): the first 16-frame "
+                   "window of a process compiles first, MEASURE_PENDING, then windows run faster with the same "
+                   "frames to FP16 rounding (benchmarks/RESULTS.md, LatentSync). Ignored on the CPU. "
+                   "Override: DIGITAL_HUMAN_LATENTSYNC_COMPILE=1 or 0.")
 
 _announced: set[str] = set()
 
