@@ -430,7 +430,12 @@ def main() -> None:
                 crops, _ = gen.chunk(start, min(start + 64, len(gen)))
                 frames += len(crops)
             _sync()
+            import resource
+
             rows[f"{seconds:g}s"] = {"frames": frames, "peak_gib": _peak_gib(), "wall_s": time.perf_counter() - t,
+                                     # the process's peak resident memory so far (Linux: KiB); run one length per
+                                     # process to read it per length
+                                     "host_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
                                      "timings": {k: round(v, 2) for k, v in gen.timings.items()}}
             rep["memory"] = dict(rows, steps=args.memory_steps, fast_path=fast)
             save()
