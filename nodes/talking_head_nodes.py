@@ -36,9 +36,10 @@ MOUTH_BANK_MODES = ["auto", "off"]
 
 
 def _fast_path_tooltip() -> str:
-    from ..fast_path import MUSETALK_COST, SONIC_COST
+    from ..fast_path import LATENTSYNC_COST, MUSETALK_COST, SONIC_COST
 
-    return "Models with a compiled path (musetalk, sonic); others ignore it. " + MUSETALK_COST + " " + SONIC_COST
+    return ("Models with a compiled path (musetalk, sonic, latentsync); others ignore it. " + MUSETALK_COST + " "
+            + SONIC_COST + " " + LATENTSYNC_COST)
 MOUTH_BANK_TOOLTIP = ("portrait on a video reference: auto takes each frame's lips and teeth from the person's own "
                       "frames (the reference video, or `bank_faces` when connected: another talking video of the "
                       "same person), the frame whose mouth shape best matches the speech, warped into place; a photo "
@@ -76,10 +77,12 @@ def _model_choices() -> list[str]:
     return model_choices()
 
 
-# Settings of the models that read them (TalkingHeadModel.options; today: sonic, a diffusion model); the others
-# never see them. Defaults are the reference's.
+# Settings of the models that read them (TalkingHeadModel.options; today: sonic and latentsync, diffusion models);
+# the others never see them. Defaults are the reference's; `steps` and `guidance` 0 = the model's own reference
+# value (not passed), since the two models' references differ.
 MODEL_SETTING_INPUTS: dict[str, Any] = {
-    "steps": ("INT", {"default": 25, "min": 1, "max": 200, "tooltip": "Diffusion steps (sonic; reference 25)."}),
+    "steps": ("INT", {"default": 0, "min": 0, "max": 200, "tooltip": "Diffusion steps; 0 = the model's reference "
+                      "(sonic 25, latentsync 20; LatentSync's README suggests 20-50)."}),
     "appearance_guidance": ("FLOAT", {"default": 2.0, "min": 0.0, "max": 20.0, "step": 0.1,
                                       "tooltip": "Guidance toward the photo's appearance (sonic; reference 2.0)."}),
     "audio_guidance": ("FLOAT", {"default": 7.5, "min": 0.0, "max": 20.0, "step": 0.1,
@@ -95,12 +98,22 @@ MODEL_SETTING_INPUTS: dict[str, Any] = {
     "speed": (["reference", "fast"], {"default": "reference", "tooltip": "sonic: reference = the reference's "
                                       "settings; fast = at most 8 steps with the UNet's deep features reused every "
                                       "2nd step (approximate: its measured difference is in docs/sonic.md)."}),
+    "guidance": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 10.0, "step": 0.1,
+                           "tooltip": "latentsync: classifier-free guidance toward the speech; 0 = the reference's "
+                                      "1.5 (its README: 1.0-3.0; 1.0 = no guidance, half the UNet work)."}),
+    "deepcache": ("INT", {"default": 0, "min": 0, "max": 10,
+                          "tooltip": "latentsync: 0 = exact frames; 2-10 = DeepCache-style faster mode, a full UNet "
+                                     "every n-th step and a cheap one between (the reference's inference.sh uses 3); "
+                                     "changes the frames (measured difference in benchmarks/RESULTS.md)."}),
 }
+# 0 means "the model's reference value": not passed (the model then uses its own default)
+_MODEL_DEFAULT_ZERO = ("steps", "guidance")
 
 
 def _settings(seed: int, values: dict[str, Any]) -> dict[str, Any]:
     """The model settings the node was given (generate_crops passes each only to models that read it)."""
-    return {"seed": seed, **{k: v for k, v in values.items() if k in MODEL_SETTING_INPUTS and v is not None}}
+    return {"seed": seed, **{k: v for k, v in values.items() if k in MODEL_SETTING_INPUTS and v is not None
+                             and not (k in _MODEL_DEFAULT_ZERO and v == 0)}}
 
 
 class TRT_TalkingHead:

@@ -43,7 +43,7 @@ def setting_arg(value: str) -> tuple[str, Any]:
 
 def add_face_arguments(p: argparse.ArgumentParser, *, out: bool = True) -> None:
     """The face side of `animate` and `run` (out=False: the live server writes no file)."""
-    from ..fast_path import MUSETALK_COST, SONIC_COST
+    from ..fast_path import LATENTSYNC_COST, MUSETALK_COST, SONIC_COST
     from ..talking_head.registry import choice_patterns
 
     p.add_argument("--face", required=True, help="photo or talking video of the person")
@@ -69,11 +69,12 @@ def add_face_arguments(p: argparse.ArgumentParser, *, out: bool = True) -> None:
     p.add_argument("--set", action="append", type=setting_arg, metavar="KEY=VALUE",
                    help="a model setting, repeatable (sonic: steps, appearance_guidance, audio_guidance, "
                         "dynamic_scale, seed, vram=auto|high|low, paste_back=true|false, resolution, "
-                        "speed=reference|fast)")
+                        "speed=reference|fast; latentsync: steps (20), guidance (1.5), deepcache (0 = exact, "
+                        "2-10 = faster, changes the frames))")
     add_max_side(p)
     p.add_argument("--fast-path", action="store_true", default=None,
-                   help=f"the model's compiled path where it has one (musetalk, sonic). {MUSETALK_COST} "
-                             f"{SONIC_COST}")
+                   help=f"the model's compiled path where it has one (musetalk, sonic, latentsync). "
+                        f"{MUSETALK_COST} {SONIC_COST} {LATENTSYNC_COST}")
     if out:
         p.add_argument("--render", default="headless", choices=["headless", "nodes"],
                        help="headless: paste-back and smoothing in torch (on the GPU when there is one), frames "

@@ -16,11 +16,11 @@ import pytest
 from digital_human.media.probe import probe_media
 
 
-def _animate(models: Path, audio: Path, face: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+def _animate(models: Path, audio: Path, face: Path, out: Path, *extra: str,
+             env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     proc = subprocess.run([sys.executable, "-m", "digital_human", "animate", "--audio", str(audio), "--face", str(face),
-                           "--model", "latentsync", "--out", str(out), "--json"], capture_output=True, text=True,
-                          env={**os.environ, "DIGITAL_HUMAN_MODELS": str(models),
-                               "DIGITAL_HUMAN_LATENTSYNC_STEPS": "2"}, timeout=600)
+                           "--model", "latentsync", "--out", str(out), "--json", *extra], capture_output=True, text=True,
+                          env={**os.environ, "DIGITAL_HUMAN_MODELS": str(models), **(env or {})}, timeout=600)
     lines = proc.stdout.strip().splitlines()
     return proc, (json.loads(lines[-1]) if lines else {})
 
@@ -68,9 +68,15 @@ def test_with_a_release_laid_out_checkpoint_animate_makes_an_mp4(tmp_path, data_
     sf.write(speech, wave[: int(0.6 * rate)], rate)  # 0.6 s: 18 frames of the 30-fps video = two 16-frame windows
     out = tmp_path / "talk.mp4"
     video = data_dir / "video" / "talk_en_male_01a.mp4"
-    proc, report = _animate(_models_with(tmp_path, release), speech, video, out)
+    # the settings as --set (2 steps keep CI fast; the cheap DeepCache-style step runs too), and a variable that
+    # wins over its --set value, said in the log
+    proc, report = _animate(_models_with(tmp_path, release), speech, video, out, "--set", "steps=2",
+                            "--set", "guidance=2", "--set", "deepcache=2",
+                            env={"DIGITAL_HUMAN_LATENTSYNC_GUIDANCE": "2.5"})
     assert proc.returncode == 0 and report["ok"] is True, (proc.returncode, proc.stderr[-3000:])
     assert "latentsync" in json.dumps(report["backend"]).lower(), report["backend"]
+    assert "2 DDIM steps, guidance 2.5" in proc.stderr and "DeepCache-style faster mode (interval 2" in proc.stderr
+    assert "DIGITAL_HUMAN_LATENTSYNC_GUIDANCE=2.5 overrides the guidance setting 2" in proc.stderr
     probe = probe_media(out)
     fps = probe_media(video).frame_count / probe_media(video).video_duration
     assert probe.frame_count == round(0.6 * fps) == 18 and abs(probe.audio_duration - 0.6) < 0.05, probe

@@ -148,8 +148,11 @@ LAYOUTS = {
                  "stabilityai/sd-vae-ft-mse) - and the extra once: `pip install diffusers transformers pyyaml` "
                  "(versions in the pack's pyproject, extra `latentsync`). Without them the prompt is refused when "
                  "queued, with the list of what is missing. `python -m digital_human setup --check latentsync` says "
-                 "what is present. Settings by environment: DIGITAL_HUMAN_LATENTSYNC_STEPS (20), "
-                 "DIGITAL_HUMAN_LATENTSYNC_GUIDANCE (1.5), DIGITAL_HUMAN_LATENTSYNC_CONFIG (`stage2` picks 1.5).",
+                 "what is present. Settings on the Talking Head to Video node: `steps` (0 = the reference's 20), "
+                 "`guidance` (0 = 1.5), `deepcache` (0 = exact; 2-3 faster, the frames change), `fast_path` "
+                 "(torch.compile, CUDA: compiles once per process, then faster); the variables "
+                 "DIGITAL_HUMAN_LATENTSYNC_STEPS / _GUIDANCE / _DEEPCACHE / _COMPILE win when set; "
+                 "DIGITAL_HUMAN_LATENTSYNC_CONFIG=stage2 picks 1.5.",
                  "**Licences**: LatentSync code Apache-2.0; its weights under the licence on their Hugging Face "
                  "model card (reported as CreativeML Open RAIL++-M: use, commercial included, under use-based "
                  "restrictions passed on with the weights - read the card before use); sd-vae-ft-mse MIT; whisper "

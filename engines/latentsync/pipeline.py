@@ -12,11 +12,20 @@ window of frames, step for step as the reference's LipsyncPipeline.__call__:
 
 What the reference repeats and this does once: the timestep embedding per step (not per window); the
 unconditional branch's audio cross-attention (a bias). GPU memory holds one window: callers stream windows.
+
+Fast path (`compile=True`, CUDA only): the UNet step, the VAE encoder's moments and the decoder run through
+torch.compile (static shapes: a full window of num_frames, the CFG batch of two rows; a shorter last window runs
+eager, so nothing compiles twice) with the convolution weights channels-last and cuDNN's autotuner on; the
+compiled functions are kept on the Networks, so a process compiles once. Inductor fuses the group norms, SiLUs,
+residual adds and the 5-D <-> per-frame layout copies around cuDNN's convolutions, which dominate eager time
+(benchmarks/RESULTS.md, LatentSync). A failure to compile is logged and the pipeline runs eager.
 """
 from __future__ import annotations
 
+import logging
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +42,7 @@ SCHEDULER_CONFIG = {"beta_end": 0.012, "beta_schedule": "scaled_linear", "beta_s
                     "trained_betas": None}
 STEPS, GUIDANCE = 20, 1.5
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+log = logging.getLogger("digital_human.latentsync")
 
 
 @dataclass
@@ -45,6 +55,7 @@ class Networks:
     mask_image: torch.Tensor       # float64 (3, res, res), as load_fixed_mask
     device: torch.device
     dtype: torch.dtype
+    compiled: dict = field(default_factory=dict)   # the fast path's compiled functions (FastPath), by mode
 
     @property
     def resolution(self) -> int:
@@ -139,14 +150,80 @@ def make_scheduler():
     return DDIMScheduler(**SCHEDULER_CONFIG)
 
 
+class FastPath:
+    """The compiled functions of one Networks (module doc), per classifier-free-guidance mode; compiled lazily
+    on first use (a minute or more once per process on an H200), kept on Networks.compiled."""
+
+    def __init__(self, net: Networks, uncond_rows: int):
+        unet, vae = net.unet, net.vae
+        self.seconds: dict[str, float] = {}   # first call of each function (its compilation)
+        self.failed: str | None = None
+        # channels-last conv weights: cuDNN's NHWC kernels without a transpose per call (inductor keeps the
+        # activations NHWC between them); only the 4-D weights change, the results are the same up to rounding
+        unet.to(memory_format=torch.channels_last)
+        vae.to(memory_format=torch.channels_last)
+        # fixed shapes, one window after another: cuDNN's autotuner picks each convolution's fastest kernel
+        torch.backends.cudnn.benchmark = True
+
+        def step(x, t, audio, emb):
+            return unet(x, t, audio, uncond_rows=uncond_rows, emb=emb)
+
+        def step_keep(x, t, audio, emb):  # a full step that also returns the DeepCache feature
+            cache: dict = {}
+            out = unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache=cache)
+            return out, cache["x"]
+
+        def step_reuse(x, t, audio, emb, feat):
+            return unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache={"x": feat}, reuse=True)
+
+        def moments(x):
+            dist = vae.encode(x).latent_dist
+            return dist.mean, dist.std
+
+        def decode(z):
+            return vae.decode(z).sample
+
+        self.eager = {"step": step, "step_keep": step_keep, "step_reuse": step_reuse, "moments": moments,
+                      "decode": decode}
+        self.compiled = {k: torch.compile(fn, dynamic=False) for k, fn in self.eager.items()}
+
+    def __call__(self, name: str, *args: Any) -> Any:
+        if self.failed is None:
+            first = name not in self.seconds
+            t0 = time.perf_counter()
+            try:
+                out = self.compiled[name](*args)
+            except Exception as exc:  # a compiler failure must not cost the video: announced, then eager
+                self.failed = f"LatentSync compile failed ({type(exc).__name__}: {exc}); running eager"
+                log.warning("[digital_human] %s", self.failed)
+            else:
+                if first:
+                    torch.cuda.synchronize()
+                    self.seconds[name] = time.perf_counter() - t0
+                return out
+        return self.eager[name](*args)
+
+
+def fast_path(net: Networks, cfg: bool) -> FastPath:
+    """The Networks' compiled functions for this guidance mode (built once; compiled on first use)."""
+    key = "cfg" if cfg else "plain"
+    with _CACHE_LOCK:
+        hit = net.compiled.get(key)
+        if hit is None:
+            hit = net.compiled[key] = FastPath(net, 1 if cfg else 0)
+        return hit
+
+
 class LatentSyncPipeline:
     """Denoises windows of aligned faces (module doc). Draws from `generator` in the reference's order."""
 
-    def __init__(self, net: Networks, steps: int = STEPS, guidance: float = GUIDANCE, cache_interval: int = 0):
+    def __init__(self, net: Networks, steps: int = STEPS, guidance: float = GUIDANCE, cache_interval: int = 0,
+                 compile: bool = False):
         """cache_interval: 0/1 = exact (the reference's pipeline as called by default); n > 1 = the optional
         DeepCache-style faster mode: a full UNet every n-th step, the steps between reuse the feature entering the
         last up block (the reference's inference.sh enables DeepCache with interval 3, branch 0; this is the same
-        idea written for this UNet, not the DeepCache package). Changes the frames: see benchmarks/RESULTS.md."""
+        idea written for this UNet, not the DeepCache package). Changes the frames: see benchmarks/RESULTS.md.
+        compile: the fast path (module doc; CUDA only: on the CPU a note and eager)."""
         self.net, self.steps, self.guidance = net, int(steps), float(guidance)
         self.cache_interval = int(cache_interval)
         self.scheduler = make_scheduler()
@@ -154,6 +231,13 @@ class LatentSyncPipeline:
         self.timesteps = self.scheduler.timesteps
         self.latent_size = net.resolution // 8
         self._emb: dict[tuple[int, int], torch.Tensor] = {}
+        self.compile_note: str | None = None
+        self.fast: FastPath | None = None
+        if compile and net.device.type != "cuda":
+            self.compile_note = "LatentSync compile is for CUDA only; running eager on the CPU"
+            log.warning("[digital_human] %s", self.compile_note)
+        elif compile:
+            self.fast = fast_path(net, self.guidance > 1.0)
 
     def initial_noise(self, generator: torch.Generator) -> torch.Tensor:
         """The video's one noise (1, 4, 1, h, w) x init_noise_sigma (prepare_latents), on the generator's device."""
@@ -161,11 +245,15 @@ class LatentSyncPipeline:
         noise = torch.randn(shape, generator=generator, device=generator.device, dtype=self.net.dtype)
         return noise * self.scheduler.init_noise_sigma
 
-    def _encode(self, pixels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    def _encode(self, pixels: torch.Tensor, generator: torch.Generator, fast: FastPath | None) -> torch.Tensor:
         """VAE posterior sample x scaling (latent_dist.sample(generator)), noise drawn on the generator's device."""
-        dist = self.net.vae.encode(pixels).latent_dist
-        eps = torch.randn(dist.mean.shape, generator=generator, device=generator.device, dtype=dist.mean.dtype)
-        return (dist.mean + dist.std * eps.to(dist.mean.device)) * SCALING_FACTOR
+        if fast is not None:
+            mean, std = fast("moments", pixels)
+        else:
+            dist = self.net.vae.encode(pixels).latent_dist
+            mean, std = dist.mean, dist.std
+        eps = torch.randn(mean.shape, generator=generator, device=generator.device, dtype=mean.dtype)
+        return (mean + std * eps.to(mean.device)) * SCALING_FACTOR
 
     def _time_emb(self, step: int, t: torch.Tensor, rows: int) -> torch.Tensor:
         hit = self._emb.get((step, rows))
@@ -188,6 +276,17 @@ class LatentSyncPipeline:
         masks = mask[0:1].expand(len(x), 1, r, r)
         return pixels, masked, masks
 
+    def _unet(self, fast: FastPath | None, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor,
+              emb: torch.Tensor, cache: dict | None, reuse: bool, cfg: bool) -> torch.Tensor:
+        if fast is None:
+            return self.net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=emb, deep_cache=cache, reuse=reuse)
+        if cache is None:
+            return fast("step", x, t, audio, emb)
+        if reuse:
+            return fast("step_reuse", x, t, audio, emb, cache["x"])
+        out, cache["x"] = fast("step_keep", x, t, audio, emb)
+        return out
+
     @torch.no_grad()
     def window(self, faces: np.ndarray | torch.Tensor, audio: torch.Tensor, noise: torch.Tensor,
                generator: torch.Generator) -> torch.Tensor:
@@ -195,11 +294,13 @@ class LatentSyncPipeline:
         audio windows (f, 50, 384), the video's noise from initial_noise()."""
         net, dev, dt = self.net, self.net.device, self.net.dtype
         f = len(faces)
+        # the compiled functions have one static shape: a full window (a shorter last one runs eager)
+        fast = self.fast if f == net.num_frames else None
         pixels, masked, masks = self.prepare(faces)
         lat = self.latent_size
         mask_lat = F.interpolate(masks, size=(lat, lat)).to(device=dev, dtype=dt)
-        masked_lat = self._encode(masked.to(device=dev, dtype=dt), generator)
-        ref_lat = self._encode(pixels.to(device=dev, dtype=dt), generator)
+        masked_lat = self._encode(masked.to(device=dev, dtype=dt), generator, fast)
+        ref_lat = self._encode(pixels.to(device=dev, dtype=dt), generator, fast)
         cfg = self.guidance > 1.0
         rows = 2 if cfg else 1
 
@@ -216,13 +317,12 @@ class LatentSyncPipeline:
             x = torch.cat([latents] * rows) if cfg else latents
             x = torch.cat([self.scheduler.scale_model_input(x, t), cond], dim=1)
             reuse = cache is not None and k % self.cache_interval != 0
-            pred = net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=self._time_emb(k, t, rows),
-                            deep_cache=cache, reuse=reuse)
+            pred = self._unet(fast, x, t, audio, self._time_emb(k, t, rows), cache, reuse, cfg)
             if cfg:
                 uncond, text = pred.chunk(2)
                 pred = uncond + self.guidance * (text - uncond)
             latents = self.scheduler.step(pred, t, latents, eta=0.0, generator=generator).prev_sample
         z = latents[0].permute(1, 0, 2, 3) / SCALING_FACTOR
-        decoded = net.vae.decode(z).sample
+        decoded = fast("decode", z) if fast is not None else net.vae.decode(z).sample
         keep = masks.to(device=dev, dtype=dt)
         return decoded * (1 - keep) + pixels.to(device=dev, dtype=dt) * keep

@@ -8,13 +8,23 @@ from __future__ import annotations
 from ..contract import TalkingHeadModel
 
 
+# the node's inputs / the CLI's --set keys it reads (nodes/talking_head_nodes.py MODEL_SETTING_INPUTS): DDIM
+# steps, guidance scale, the DeepCache-style cache interval; fast_path = the compiled path (pipeline.py)
+OPTIONS = ("steps", "guidance", "deepcache", "fast_path")
+
+
 def _generate(faces, wave, rate, fps, *, loop_mode, batch_size, strength, max_audio_seconds, backend, precision,
-              avatar, progress, should_stop, streaming):
+              avatar, progress, should_stop, streaming, steps=None, guidance=None, deepcache=None, fast_path=None):
+    from ...fast_path import LATENTSYNC_COMPILE_ENV, LATENTSYNC_COST, announce, switch
     from .crops import latentsync_crops
 
+    compile = bool(switch(fast_path, LATENTSYNC_COMPILE_ENV))  # the variable (1/0) overrides the switch
+    if compile:
+        announce("latentsync", LATENTSYNC_COST)
     return latentsync_crops(faces, wave, rate, fps, loop_mode=loop_mode, batch_size=batch_size, backend=backend,
                             precision=precision, max_audio_seconds=max_audio_seconds, progress=progress,
-                            should_stop=should_stop, streaming=streaming)
+                            should_stop=should_stop, streaming=streaming, steps=steps, guidance=guidance,
+                            deepcache=deepcache, compile=compile)
 
 
 def _problem(model: str) -> str | None:
@@ -37,5 +47,5 @@ MODEL = TalkingHeadModel(
     speech_features="whisper-tiny encoder states (embedding + 4 blocks), 10 positions per video frame "
                     "(engines/latentsync/audio.py)",
     crop_size="512x512 (1.6) or 256x256 (1.5) of LatentSync's template-aligned face box, from FaceAlign's mesh",
-    generate=_generate, problem=_problem, extra="latentsync",
+    generate=_generate, problem=_problem, extra="latentsync", options=OPTIONS,
     modules=("diffusers", "transformers", "yaml"))

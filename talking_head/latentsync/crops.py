@@ -32,9 +32,12 @@ log = logging.getLogger("digital_human.latentsync")
 MODEL_NAME = "latentsync"
 BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+# The settings (`steps`, `guidance`, `deepcache`: the node's inputs, the CLI's --set) and their variables, which
+# win when set (a deployment can force them without editing workflows; the report says so)
 STEPS_ENV = "DIGITAL_HUMAN_LATENTSYNC_STEPS"      # inference_steps (reference: 20; its README: 20-50)
 GUIDANCE_ENV = "DIGITAL_HUMAN_LATENTSYNC_GUIDANCE"  # guidance_scale (reference: 1.5; its README: 1.0-3.0)
 CACHE_ENV = "DIGITAL_HUMAN_LATENTSYNC_DEEPCACHE"    # 0 = exact; n > 1: the DeepCache-style faster mode (pipeline.py)
+RANGES = {"steps": (1, 200), "guidance": (1.0, 10.0), "deepcache": (0, 10)}
 
 
 def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
@@ -59,10 +62,10 @@ def resolve_runtime(backend: str, precision: str) -> tuple[str, str, list[str]]:
     return device, precision, notes
 
 
-def _env_number(name: str, default: float, low: float, high: float) -> float:
+def _env_number(name: str, low: float, high: float) -> float | None:
     raw = os.environ.get(name, "").strip()
     if not raw:
-        return default
+        return None
     try:
         value = float(raw)
     except ValueError:
@@ -70,6 +73,39 @@ def _env_number(name: str, default: float, low: float, high: float) -> float:
     if not low <= value <= high:
         raise ValueError(f"{name} must be within {low}-{high}, got {value}")
     return value
+
+
+def resolve_setting(name: str, given: float | None, default: float, env: str) -> tuple[float, str | None]:
+    """(value, note): the variable `env` when set (it wins; the note says it overrode a given value), else the
+    given setting (checked against RANGES; None = `default`, the reference's)."""
+    low, high = RANGES[name]
+    forced = _env_number(env, low, high)
+    if forced is not None:
+        note = None if given is None or float(given) == forced else \
+            f"{env}={forced:g} overrides the {name} setting {float(given):g}"
+        return forced, note
+    if given is None:
+        return default, None
+    try:
+        value = float(given)
+    except (TypeError, ValueError):
+        raise ValueError(f"latentsync setting {name} must be a number, got {given!r}") from None
+    if not low <= value <= high:
+        raise ValueError(f"latentsync setting {name} must be within {low:g}-{high:g}, got {value:g}")
+    return value, None
+
+
+_POOL: Any = None
+
+
+def _pool() -> Any:
+    """The renderer's worker threads for the per-frame warps (shared by the process)."""
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="latentsync-warp")
+    return _POOL
 
 
 class _Renderer:
@@ -141,25 +177,33 @@ class _Renderer:
         return self._windows[w][1]
 
     def _compute(self, k: int) -> list[np.ndarray]:
+        import torch
+
         from ...engines.latentsync.audio import frame_windows
-        from .geometry import face_crop, restore
+        from .geometry import face_back, face_crop
 
         if self.should_stop is not None and self.should_stop():
             raise InterruptedError("stopped")
         t0 = time.perf_counter()
         lo, hi = k * self.win, min((k + 1) * self.win, len(self.idx))
         refs = [int(r) for r in self.idx[lo:hi]]
-        faces = np.stack([face_crop(np.asarray(self.track.frames[r]), self.affines[r], self.res) for r in refs])
+        # the per-frame warps are independent CPU work (torch and OpenCV release the GIL): a few threads
+        faces = np.stack(list(_pool().map(
+            lambda r: face_crop(np.asarray(self.track.frames[r]), self.affines[r], self.res), refs)))
         audio = frame_windows(self.features, range(lo, hi), self.fps, self.pipe.net.feat_length)
         t1 = time.perf_counter()
         out = self.pipe.window(faces, audio, self.noise, self.generator).float().cpu()
         t2 = time.perf_counter()
-        crops = []
-        for j, r in enumerate(refs):
+        for r in refs:  # the paste masks are cached per reference frame: made once, outside the threads
+            self._support(r)
+
+        def crop(j: int) -> np.ndarray:
+            r = refs[j]
             base = np.asarray(self.track.crops[r], np.uint8)
-            _, face, _, _ = restore(base, out[j], self.crop_affine(r), self.res)
-            _, support = self._support(r)
-            crops.append(np.where(support, face, base))
+            face = face_back(out[j], self.crop_affine(r), base.shape[:2], self.res).permute(1, 2, 0).to(torch.uint8)
+            return np.where(self._masks[r][1], face.numpy(), base)
+
+        crops = list(_pool().map(crop, range(len(refs))))
         t3 = time.perf_counter()
         self.timings["faces"] = self.timings.get("faces", 0.0) + (t1 - t0) + (t3 - t2)
         self.timings["unet"] = self.timings.get("unet", 0.0) + (t2 - t1)
@@ -177,12 +221,15 @@ def latentsync_crops(track, audio: np.ndarray, sample_rate: int, fps: float | No
                      loop_mode: str = "ping-pong", batch_size: int = 0, backend: str = "auto", precision: str = "auto",
                      max_audio_seconds: float = 600.0, progress: Callable[[int, int], None] | None = None,
                      should_stop: Callable[[], bool] | None = None, streaming: bool = False, seed: int = 1247,
-                     models_root: Any = None, steps: int | None = None, guidance: float | None = None) -> GeneratedCrops:
+                     models_root: Any = None, steps: int | None = None, guidance: float | None = None,
+                     deepcache: int | None = None, compile: bool = False) -> GeneratedCrops:
     """LatentSync's crop for every output frame (no paste-back yet); arguments as musetalk_crops.
     batch_size: unused (the window is the config's num_frames, 16: the temporal layers see that many frames).
     seed: the generator of the noise and the VAE posterior draws (the reference's default: 1247).
-    steps / guidance: DDIM steps (20) and guidance scale (1.5); None: DIGITAL_HUMAN_LATENTSYNC_STEPS /
-    _GUIDANCE, else the reference's values. Raises LatentSyncFilesError (every missing file) before any work."""
+    steps / guidance / deepcache: DDIM steps (1-200), guidance scale (1-10) and the DeepCache-style cache
+    interval (0 = exact, 2-10); None = the reference's 20 / 1.5 / 0; DIGITAL_HUMAN_LATENTSYNC_STEPS / _GUIDANCE /
+    _DEEPCACHE, when set, win over them (said in the warnings). compile: the fast path (pipeline.py; CUDA only).
+    Raises LatentSyncFilesError (every missing file) before any work, ValueError for a setting out of range."""
     from ...engines.latentsync.audio import whisper_features
     from ...engines.latentsync.files import locate
     from ...engines.latentsync.pipeline import GUIDANCE, STEPS, LatentSyncPipeline, cached_networks
@@ -193,10 +240,21 @@ def latentsync_crops(track, audio: np.ndarray, sample_rate: int, fps: float | No
     locate(models_root)  # the files first: the clearest error
     validate_track(track)
     wave = validate_audio(audio, sample_rate, max_audio_seconds)
-    steps = int(steps if steps is not None else _env_number(STEPS_ENV, STEPS, 1, 200))
-    guidance = float(guidance if guidance is not None else _env_number(GUIDANCE_ENV, GUIDANCE, 1.0, 10.0))
-    cache_interval = int(_env_number(CACHE_ENV, 0, 0, 10))
-    device, prec, notes = resolve_runtime(backend, precision)
+    notes: list[str] = []
+    values = {}
+    for name, given, default, env in (("steps", steps, STEPS, STEPS_ENV), ("guidance", guidance, GUIDANCE, GUIDANCE_ENV),
+                                      ("deepcache", deepcache, 0, CACHE_ENV)):
+        values[name], note = resolve_setting(name, given, default, env)
+        if note:
+            notes.append(note)
+    if values["steps"] != int(values["steps"]) or values["deepcache"] != int(values["deepcache"]):
+        raise ValueError(f"latentsync settings steps and deepcache are whole numbers, got {values['steps']:g} and "
+                         f"{values['deepcache']:g}")
+    steps, guidance, cache_interval = int(values["steps"]), float(values["guidance"]), int(values["deepcache"])
+    if cache_interval == 1:
+        cache_interval = 0  # a full UNet every step: the exact pipeline
+    device, prec, runtime_notes = resolve_runtime(backend, precision)
+    notes += runtime_notes
     net = cached_networks(device, prec, models_root)
     timings["load"] = time.perf_counter() - t0
 
@@ -207,10 +265,15 @@ def latentsync_crops(track, audio: np.ndarray, sample_rate: int, fps: float | No
     features = whisper_features(net.whisper, resample_16k(wave, int(sample_rate)))
     timings["audio"] = time.perf_counter() - t1
 
+    pipe = LatentSyncPipeline(net, steps=steps, guidance=guidance, cache_interval=cache_interval, compile=compile)
     mode = f", DeepCache-style faster mode (interval {cache_interval}; not the exact frames)" if cache_interval > 1 else ""
-    warnings = list(notes) + [f"LatentSync {net.files.version} at {net.resolution}x{net.resolution}, {steps} DDIM steps, "
-                              f"guidance {guidance:g}, seed {seed}{mode}"] + reference_warnings(track, idx, n_out, fps, loop_mode)
-    pipe = LatentSyncPipeline(net, steps=steps, guidance=guidance, cache_interval=cache_interval)
+    fast = ", compiled fast path" if pipe.fast is not None else ""
+    if pipe.compile_note:
+        notes.append(pipe.compile_note)
+    version = getattr(net.files, "version", "")
+    warnings = list(notes) + [f"LatentSync {version} at {net.resolution}x{net.resolution}, {steps} DDIM steps, "
+                              f"guidance {guidance:g}, seed {seed}{mode}{fast}"] + \
+        reference_warnings(track, idx, n_out, fps, loop_mode)
     renderer = _Renderer(pipe, track, idx, features, fps, seed, should_stop, timings)
     gen = GeneratedCrops(track=track, idx=idx, fps=fps, crops=None, masks={}, model=MODEL_NAME,
                          backend=f"torch-{device} {prec}", timings=timings, warnings=warnings,

@@ -129,21 +129,26 @@ def paste_weight(m: np.ndarray, size: tuple[int, int], resolution: int) -> tuple
     return soft.astype(np.float32), support
 
 
+def face_back(face: torch.Tensor, m: np.ndarray, size: tuple[int, int], resolution: int) -> torch.Tensor:
+    """restore_img's generated face (3, res, res) in [-1, 1] resized to the face box and warped back into an image
+    of `size` (h, w) by the inverse of `m`: float32 (3, h, w) in 0..255 (meaningful inside the support)."""
+    _, (bw, bh) = template_for(resolution)
+    face = F.interpolate(face.float()[None], size=(bh, bw), mode="bicubic", antialias=True, align_corners=False)
+    m3 = np.eye(3)
+    m3[:2] = np.asarray(m, np.float64)
+    inv = np.linalg.inv(m3)[:2]
+    inv_face = warp_affine(face, inv, size, 127.0)[0]
+    return (inv_face / 2 + 0.5).clamp(0, 1) * 255
+
+
 def restore(image: np.ndarray, face: torch.Tensor, m: np.ndarray, resolution: int
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The reference's restore_img of a generated face (3, res, res) in [-1, 1] into `image` (H, W, 3) uint8 whose
     pixels map to the face box by `m`. Returns (the blended image uint8 as the reference returns it, the face warped
     into the image (uint8; meaningful where the support is > 0), the paste weight float32 (H, W), the support: the
     warped box eroded by 2 px, float32 (H, W), outside which the paste weight is 0)."""
-    _, (bw, bh) = template_for(resolution)
     h, w = image.shape[:2]
-    face = face.float()[None]
-    face = F.interpolate(face, size=(bh, bw), mode="bicubic", antialias=True, align_corners=False)
-    m3 = np.eye(3)
-    m3[:2] = np.asarray(m, np.float64)
-    inv = np.linalg.inv(m3)[:2]
-    inv_face = warp_affine(face, inv, (h, w), 127.0)[0]
-    inv_face = (inv_face / 2 + 0.5).clamp(0, 1) * 255
+    inv_face = face_back(face, m, (h, w), resolution)
     soft, support = paste_weight(m, (h, w), resolution)
     pasted = torch.from_numpy(support)[None] * inv_face
     img = torch.from_numpy(np.array(image, np.float32)).permute(2, 0, 1)
