@@ -57,7 +57,11 @@ class LiveFace:
 
     def __init__(self, face: Path, *, model: str = "portrait", fps: float = 25.0, backend: str = "auto",
                  max_side: int = 512, crop_size: str = "auto", smooth: float = 0.0, idle_motion: bool = True,
-                 max_seconds: float = 30.0, seed: int = 0, device: str | None = None) -> None:
+                 max_seconds: float = 30.0, seed: int = 0, device: str | None = None,
+                 batch_sessions: bool = True) -> None:
+        """batch_sessions: the talking-head steps of concurrent sessions run as one batched model call, for the
+        models whose generator takes a batch (MuseTalk: engines/call_batcher.py). `portrait` is a per-frame
+        warp with no network to batch; its frames are made on each session's own thread."""
         from ..main_job import StageTimer, _faces_from_file
         from ...talking_head.registry import model_problem
 
@@ -77,6 +81,12 @@ class LiveFace:
             self._motion_track = session_motion(self.fps, seed)
             self.motion = HeadMotion(self.track.landmarks[0], self._first, self._motion_track)
         self._frames_lock = threading.Lock()  # a video's frames are decoded on demand by one reader
+        self.batched = False
+        if batch_sessions and model.partition(":")[0] == "musetalk":
+            from ...engines.musetalk.pipeline import share_batches_in_process
+
+            share_batches_in_process()
+            self.batched = True
 
     def warm(self, wave: np.ndarray, rate: int) -> None:
         """Make the frames of one piece once: the model's first call sets itself up (seconds on a CPU)."""
