@@ -24,6 +24,13 @@ MOTION_HORIZON_S = 600.0  # idle-motion figures made for this long, then read ba
 SPEECH_CHUNK_FRAMES = 4   # frames per model step: the first frame waits for no more than this many
 
 
+def _steps(n: int, first: int, size: int = SPEECH_CHUNK_FRAMES) -> list[tuple[int, int]]:
+    """(start, stop) of the model steps over n frames: a first step of `first` frames (1 for a per-frame model:
+    the first frame waits for no other), then `size` frames a step (a batched model keeps whole steps)."""
+    bounds = [0] + list(range(min(first, n), n, size)) + [n]
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
 def _bounce(k: int, n: int) -> int:
     """Index k of 0,1,..,n-1,n-2,..,1,0,1,.. (a seamless back-and-forth over n items)."""
     if n <= 1:
@@ -155,10 +162,10 @@ class LiveFace:
                              phones=phones, should_stop=should_stop)
         if self.photo and self.smooth <= 0:  # the fast path: no smoothing window, one reference frame
             paste = self._photo_paste(gen)
-            for start in range(0, len(gen), SPEECH_CHUNK_FRAMES):
+            for start, stop in _steps(len(gen), first=SPEECH_CHUNK_FRAMES if self.batched else 1):
                 if should_stop is not None and should_stop():
                     return
-                crops, _ = gen.chunk(start, min(start + SPEECH_CHUNK_FRAMES, len(gen)))
+                crops, _ = gen.chunk(start, stop)
                 for crop in crops:
                     yield paste(crop)
             return
