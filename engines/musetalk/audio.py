@@ -56,7 +56,11 @@ def encoder_states(encoder: Any, extractor: Any, wave16k: np.ndarray) -> Any:
     parts = []
     with torch.inference_mode():
         for start in range(0, max(len(wave16k), 1), seg):
-            mel = extractor(wave16k[start:start + seg], return_tensors="pt", sampling_rate=SAMPLE_RATE).input_features
+            # on CUDA the log-mel's STFT runs there too (whisper's extractor takes a device): each call pads to 30 s,
+            # and live mode calls it per speech piece (0.3-0.46 s a call on the loaded 2-core CPU of 2026-12-02)
+            extra = {"device": param.device.type} if param.device.type == "cuda" else {}
+            mel = extractor(wave16k[start:start + seg], return_tensors="pt", sampling_rate=SAMPLE_RATE,
+                            **extra).input_features
             hidden = encoder(mel.to(param.device, param.dtype), output_hidden_states=True).hidden_states
             parts.append(torch.stack(hidden, dim=2))
     states = torch.cat(parts, dim=1)
