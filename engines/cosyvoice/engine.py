@@ -300,6 +300,8 @@ class CosyVoice2Runtime:
             return out
 
         first = max(1, int(first_hop_tokens or hop_tokens))
+        if first_hop_tokens:  # a device sampler reads its first block back as soon as the first piece can be made
+            limits = {**limits, "first_readback": first + lookahead}
         for token in self._tokens(x, generator, **limits):
             tokens.append(token)
             if 2 * (len(tokens) - lookahead) - sent >= 2 * (hop_tokens if sent else first):
