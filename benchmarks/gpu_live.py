@@ -24,7 +24,8 @@ encoded packet) and, at the client, request -> the first decoded video frame at 
 (text to first decoded speaking frame; the request is timed by the client). Real time: each session's clock rate,
 the frames decoded per second at each client, and the speech frames that came late (idle frames inside speech).
 
-  python benchmarks/gpu_live.py --out $OUT/gpu_live.json                                  # GPU, full size
+  python benchmarks/gpu_live.py --save-state state.npz --out -   # here (librosa): the speaker state, carried
+  python benchmarks/gpu_live.py --state state.npz --out $OUT/gpu_live.json                # GPU, full size
   python benchmarks/gpu_live.py --size reduced --device cpu --phases 1:2,2:2 --out /tmp/gl.json   # CPU smoke test
 """
 from __future__ import annotations
@@ -53,7 +54,18 @@ def token_limits(text: str) -> dict:
     return {"min_tokens": n, "max_tokens": n}
 
 
-def build_voice(size: str, device: str, folder: Path):
+def speaker_state(folder: Path) -> dict:
+    """The speaker state of a synthetic 3-s clip on the release's front end (a CPU runtime; its prompt mel needs
+    librosa, which the GPU machine lacks: --save-state makes it beforehand, --state carries it there)."""
+    from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime
+
+    t = np.arange(3 * 24000) / 24000
+    clip = (0.3 * np.sin(2 * np.pi * 140 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+            + 0.02 * np.random.default_rng(0).standard_normal(t.size)).astype(np.float32)
+    return CosyVoice2Runtime(folder, "cpu").speaker_state(clip, 24000, PROMPT_TEXT)
+
+
+def build_voice(size: str, device: str, folder: Path, state_file: str = ""):
     import gc
 
     from digital_human.engines.cosyvoice.engine import CosyVoice2Engine
@@ -68,10 +80,7 @@ def build_voice(size: str, device: str, folder: Path):
         write_random_release(folder, yaml_text, qwen, seed=1234)
     gc.collect()
     engine = CosyVoice2Engine(folder, device, fast=device.startswith("cuda"))
-    t = np.arange(3 * 24000) / 24000
-    clip = (0.3 * np.sin(2 * np.pi * 140 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
-            + 0.02 * np.random.default_rng(0).standard_normal(t.size)).astype(np.float32)
-    state = engine.runtime().speaker_state(clip, 24000, PROMPT_TEXT)
+    state = dict(np.load(state_file)) if state_file else speaker_state(folder)
     base = SpeakerProfile(embedding=np.ones(256, np.float32) / 16, segment_embeddings=np.zeros((0, 256), np.float32),
                           content_hash="synthetic", speech_seconds=3.0, name="random")
     speaker = with_engine_state(base, "cosyvoice2", state)
@@ -134,6 +143,19 @@ def warm_batches(face, max_rows: int) -> dict:
     return out
 
 
+def save_state(args: argparse.Namespace) -> None:
+    import_pack()
+    from digital_human.engines.cosyvoice.random_release import write_random_release
+    from gpu_cosyvoice import release_yaml
+
+    folder = Path(args.work) / f"cosyvoice2_{args.size}"
+    if not (folder / "hift.pt").is_file():
+        yaml_text, qwen = release_yaml(args.size)
+        write_random_release(folder, yaml_text, qwen, seed=1234)
+    np.savez(args.save_state, **speaker_state(folder))
+    print(f"speaker state of {folder} -> {args.save_state}")
+
+
 def server_main(args: argparse.Namespace) -> None:
     import_pack()
     import torch
@@ -158,7 +180,7 @@ def server_main(args: argparse.Namespace) -> None:
         Path(args.out).write_text(json.dumps(report, indent=1))
 
     t0 = time.perf_counter()
-    voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}")
+    voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state)
     report["voice_build_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     models = work / "models"
@@ -335,6 +357,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=0.0, help="start no phase, and no utterance, past this "
                         "many seconds of measuring (0 = no limit); the report says what was measured")
     parser.add_argument("--commit", default=os.environ.get("DH_COMMIT", ""))
+    parser.add_argument("--state", default="", help="CosyVoice 2 speaker state (.npz from --save-state, made where "
+                        "librosa is installed: the GPU machine has none)")
+    parser.add_argument("--save-state", default="", help="write the speaker state of the --size release and stop")
     # client process
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--sessions", type=int, default=1, help=argparse.SUPPRESS)
@@ -343,6 +368,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.client:
         client_main(args)
+    elif args.save_state:
+        save_state(args)
     else:
         server_main(args)
 

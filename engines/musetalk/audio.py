@@ -46,6 +46,16 @@ def feature_extractor(whisper_dir: Any) -> Any:
     return WhisperFeatureExtractor.from_pretrained(str(whisper_dir), local_files_only=True)
 
 
+def _takes_device(extractor: Any) -> bool:
+    """Whether this transformers version's extractor computes its STFT on a given device."""
+    import inspect
+
+    try:
+        return "device" in inspect.signature(extractor.__call__).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def encoder_states(encoder: Any, extractor: Any, wave16k: np.ndarray) -> Any:
     """torch [1, T50, layers, 384] encoder hidden states of every 30 s segment, concatenated and trimmed
     to floor(seconds x 50) (the zero padding of the last segment removed)."""
@@ -58,7 +68,7 @@ def encoder_states(encoder: Any, extractor: Any, wave16k: np.ndarray) -> Any:
         for start in range(0, max(len(wave16k), 1), seg):
             # on CUDA the log-mel's STFT runs there too (whisper's extractor takes a device): each call pads to 30 s,
             # and live mode calls it per speech piece (0.3-0.46 s a call on the loaded 2-core CPU of 2026-12-02)
-            extra = {"device": param.device.type} if param.device.type == "cuda" else {}
+            extra = {"device": param.device.type} if param.device.type == "cuda" and _takes_device(extractor) else {}
             mel = extractor(wave16k[start:start + seg], return_tensors="pt", sampling_rate=SAMPLE_RATE,
                             **extra).input_features
             hidden = encoder(mel.to(param.device, param.dtype), output_hidden_states=True).hidden_states
