@@ -193,7 +193,8 @@ def server_main(args: argparse.Namespace) -> None:
     report["face"] = face.report.splitlines()[0]
     report["face_build_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
-    piece = next(iter(voice.pieces("Hello there, how are you?")))
+    piece = voice.warm(max_speech_seconds=max(token_limits("x" * 10 ** 4)["max_tokens"] / 25, 20.0))
+    report["voice_prepared"] = voice.prepared
     face.warm(piece.wave, voice.rate)
     max_sessions = max(n for n, _ in phases)
     report["warm_step_ms"] = warm_batches(face, 4 * max_sessions)

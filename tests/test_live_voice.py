@@ -98,5 +98,42 @@ def test_cosyvoice_live_stream_first_piece_after_first_hop(cosyvoice):
     offline, n = rt.speak(rt.text_ids(text), state, torch.Generator().manual_seed(seed), **limits(text))
     assert n == 40 and offline.size == sum(sizes)
     voice = LiveVoice(engine, speaker, token_limits=limits)
+    voice.warm()
+    assert voice.prepared == {"flow_graphs": 0, "lm_graph": 0}  # the CPU path has no CUDA graphs to capture ahead
     first = next(iter(voice.pieces(text)))  # seed 0: its own length, cut at the first hop when it gets there
     assert first.wave.size == (FIRST_HOP_TOKENS * spt if tokens(0) >= FIRST_HOP_TOKENS + 3 else tokens(0) * spt)
+
+
+def test_flow_graphs_captured_ahead_so_none_is_captured_while_serving(cosyvoice, monkeypatch, caplog):
+    """Live mode captures the flow's CUDA graphs at warm-up (FastCFM.prepare) for every length bucket a chunk may
+    need: a capture while other sessions use the GPU failed on an H200 ("operation not permitted when stream is
+    capturing"). The CPU has no CUDA graphs: the capture is replaced by a stand-in that records the same calls."""
+    import torch
+
+    from digital_human.engines.cosyvoice import flow as fl
+
+    def capture(run, device):  # a "graph": its output tensor, refilled by each replay
+        out = run()
+        return (lambda: out.copy_(run())), out
+
+    monkeypatch.setattr(fl, "_capture", capture)
+    engine, _ = cosyvoice
+    flow = engine.runtime().models.flow
+    solver = fl.FastCFM(flow.decoder, torch.float32, bucket=16, cuda_graph=True, max_graphs=2)
+    steps, dim = flow.cfg.timesteps, flow.spk_embed_affine_layer.out_features
+    assert solver.prepare(40, steps, dim) == 3 and solver.captures == 3  # buckets 16, 32, 48 all kept
+    g = torch.Generator().manual_seed(0)
+    for frames in (10, 33, 48):
+        mu, cond = torch.randn(1, fl.MEL_BINS, frames, generator=g), torch.randn(1, fl.MEL_BINS, frames, generator=g)
+        mask, spks = torch.ones(1, 1, frames), torch.randn(1, dim, generator=g)
+        got = solver(mu, mask, spks, cond, steps=steps)
+        padded = -(-frames // 16) * 16
+        pad = lambda y: torch.nn.functional.pad(y, (0, padded - frames))  # noqa: E731
+        want = fl.solve_ode(solver.estimator, solver.noise[:, :, :padded].to(mu), pad(mu), pad(mask), spks, pad(cond),
+                            steps, solver.cfg_rate)[:, :, :frames]
+        torch.testing.assert_close(got, want)
+    assert solver.captures == 3  # served from the graphs made ahead
+    with caplog.at_level("WARNING", logger="digital_human.cosyvoice"):
+        solver(torch.zeros(1, fl.MEL_BINS, 60), torch.ones(1, 1, 60), torch.zeros(1, dim), torch.zeros(1, fl.MEL_BINS, 60),
+               steps=steps)
+    assert solver.captures == 4 and "longer than the 48 frames prepared" in caplog.text

@@ -207,6 +207,21 @@ class CosyVoice2Runtime:
                                    cuda_graph=self.fast.flow_graph and self.device.type == "cuda")
         return self._solver
 
+    def prepare_live(self, state: dict[str, np.ndarray], max_speech_tokens: int) -> dict[str, int]:
+        """Capture now every CUDA graph that speaking up to `max_speech_tokens` per text chunk with this speaker's
+        prompt needs (the LM step's, and the flow's for every length bucket), so that none is captured while
+        live sessions use the GPU from other threads. No-op without the fast path's graphs."""
+        out = {"flow_graphs": 0, "lm_graph": 0}
+        solver = self._flow_solver()
+        if solver is not None and solver.use_graph:
+            frames = self.models.flow.cfg.token_mel_ratio * (int(np.asarray(state["prompt_token"]).size)
+                                                               + int(max_speech_tokens))
+            out["flow_graphs"] = solver.prepare(frames, self.models.flow.cfg.timesteps,
+                                                self.models.flow.spk_embed_affine_layer.out_features)
+        decoder = self._lm_decoder()  # made (and on CUDA its step captured) now, if not yet
+        out["lm_graph"] = int(decoder is not None and getattr(decoder, "graph", None) is not None)
+        return out
+
     def _inputs(self, text_ids: list[int], state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         dev = self.device
         t = lambda a, dtype: torch.as_tensor(np.asarray(a), dtype=dtype, device=dev)[None]  # noqa: E731
@@ -368,6 +383,11 @@ class CosyVoice2Engine:
         for chunk in chunks:
             wave, _ = runtime.speak(runtime.text_ids(chunk.text), state, generator, speed)
             yield np.concatenate([wave, np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32)])
+
+    def prepare_live(self, speaker: Any, max_speech_seconds: float = 20.0) -> dict[str, int]:
+        """Live mode's warm-up: every CUDA graph a chunk of up to `max_speech_seconds` needs, captured now
+        (CosyVoice2Runtime.prepare_live)."""
+        return self.runtime().prepare_live(self._state(speaker), int(round(max_speech_seconds * 25)))
 
     def live_stream(self, text: str, speaker: Any, language: str = "auto", seed: int = 0,
                     first_hop_tokens: int = FIRST_HOP_TOKENS, hop_tokens: int = STREAM_HOP_TOKENS,

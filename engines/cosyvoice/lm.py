@@ -525,7 +525,8 @@ class StaticDecoder:
         torch.cuda.current_stream(self.device).wait_stream(stream)
         self._reset()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread-local: other threads' GPU work (live mode's talking head) neither fails nor breaks the capture
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.out = self._graph_step()
         self._reset()
 

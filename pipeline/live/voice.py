@@ -33,12 +33,19 @@ class LiveVoice:
         self.speaker, self.base_voice = speaker, base_voice
         self.backend, self.language, self.speed = backend, language, speed
         self.token_limits = token_limits
+        self.prepared: dict[str, int] = {}  # what warm() captured ahead (CosyVoice 2 on CUDA)
         self.engine.check_files()
         self.rate = int(self.engine.sample_rate)
         self._lock = threading.Lock()
 
-    def warm(self) -> Piece:
-        """One short sentence, so the first utterance of the first live session does not pay the model load."""
+    def warm(self, max_speech_seconds: float = 20.0) -> Piece:
+        """One short sentence, so the first utterance of the first live session does not pay the model load; and
+        an engine with CUDA graphs (CosyVoice 2's fast path) captures every graph a text chunk of up to
+        `max_speech_seconds` needs now: a capture while sessions run the talking head on other threads would stall
+        the stream (and, in CUDA's global capture mode, fail)."""
+        if hasattr(self.engine, "prepare_live") and self.speaker is not None:
+            with self._lock:
+                self.prepared = self.engine.prepare_live(self.speaker, max_speech_seconds)
         return list(self.pieces("Hello."))[0]
 
     def pieces(self, text: str) -> Iterator[Piece]:
