@@ -145,3 +145,10 @@ def test_two_sessions_batched_get_the_frames_each_gets_alone(musetalk_face, data
     assert batcher.largest >= 2
     assert batcher.calls - calls < 7, (batcher.calls - calls, batcher.rows_run - rows)
     assert len(alone[0]) == 11 and len(alone[1]) == 14
+
+
+def test_a_silent_piece_is_the_idle_face_not_a_model_error(musetalk_face):
+    """A pause (silence) between sentences: the models refuse silent audio; live mode shows the idle face."""
+    face, _ = musetalk_face
+    frames = list(face.speech(np.zeros(3 * 640, np.float32), 16000, 5))
+    assert len(frames) == 3 and all(np.array_equal(f, face.idle(5 + i)) for i, f in enumerate(frames))

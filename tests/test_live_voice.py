@@ -137,3 +137,14 @@ def test_flow_graphs_captured_ahead_so_none_is_captured_while_serving(cosyvoice,
         solver(torch.zeros(1, fl.MEL_BINS, 60), torch.ones(1, 1, 60), torch.zeros(1, dim), torch.zeros(1, fl.MEL_BINS, 60),
                steps=steps)
     assert solver.captures == 4 and "longer than the 48 frames prepared" in caplog.text
+
+
+def test_cosyvoice_live_stream_puts_a_pause_before_the_next_chunk_not_alone(cosyvoice):
+    """A pause between text chunks leads the next chunk's first piece: a piece of pure silence is no speech for a
+    talking head (MuseTalk refuses it: utterances failed on an H200 run before this)."""
+    engine, speaker = cosyvoice
+    limits = lambda _text: {"min_tokens": 12, "max_tokens": 12}  # noqa: E731
+    pieces = list(engine.live_stream("Good morning to you. How are you doing today?", speaker, limits=limits))
+    pause = int(round(0.35 * 24000))  # text/chunking's sentence pause at 24 kHz
+    assert all(float(np.abs(p).max()) >= 1e-4 for p in pieces)  # never silence alone
+    assert sum(p.size > pause and not np.any(p[:pause]) for p in pieces[1:]) == 1

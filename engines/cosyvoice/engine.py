@@ -393,7 +393,7 @@ class CosyVoice2Engine:
                     first_hop_tokens: int = FIRST_HOP_TOKENS, hop_tokens: int = STREAM_HOP_TOKENS,
                     limits: Any = None) -> Iterator[np.ndarray]:
         """Live mode: each chunk's audio streamed while its LM runs (speak_stream), the first piece after
-        `first_hop_tokens` speech tokens, later ones every `hop_tokens`; a chunk's pause as a piece of silence.
+        `first_hop_tokens` speech tokens, later ones every `hop_tokens`; a chunk's pause leads the next chunk's first piece.
         limits: text -> {"min_tokens", "max_tokens"} of the LM (benchmarks on random weights, which never draw a
         sensible stop token) or None. Speed is 1 (speak_stream has no speed control)."""
         from ...text.frontend import text_chunks
@@ -403,13 +403,19 @@ class CosyVoice2Engine:
         _, chunks = text_chunks(text, language, lambda s: len(runtime.text_ids(s)), CHUNK_TOKENS)
         generator = torch.Generator().manual_seed(int(seed))
         hift = torch.Generator().manual_seed(int(seed) + 1)
+        pause = None
         for i, chunk in enumerate(chunks):
             extra = dict(limits(chunk.text)) if limits is not None else {}
             pieces = runtime.speak_stream(runtime.text_ids(chunk.text), state, generator, hift, hop_tokens=hop_tokens,
                                           first_hop_tokens=first_hop_tokens if i == 0 else None, **extra)
-            yield from pieces  # each piece as soon as it is made (holding one back for the pause would delay it)
-            if chunk.pause_after_s > 0:
-                yield np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32)
+            for wave in pieces:  # each piece as soon as it is made
+                if pause is not None:
+                    wave, pause = np.concatenate([pause, wave]), None
+                yield wave
+            # the chunk's pause goes before the next chunk's first piece (after the last piece it would hold that
+            # piece back; alone, a piece of silence is no speech for a talking head)
+            pause = np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32) if chunk.pause_after_s > 0 \
+                else None
 
     def synthesize(self, text: str, speaker: Any, language: str = "auto", speed: float = 1.0, seed: int = 0,
                    progress: Any = None, **_: Any) -> Any:

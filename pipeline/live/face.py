@@ -24,6 +24,12 @@ MOTION_HORIZON_S = 600.0  # idle-motion figures made for this long, then read ba
 SPEECH_CHUNK_FRAMES = 4   # frames per model step: the first frame waits for no more than this many
 
 
+def _silent(wave: np.ndarray) -> bool:
+    """Whether the talking-head models would refuse `wave` as silent (talking_head.driver.validate_audio's test)."""
+    a = np.asarray(wave, np.float64)
+    return a.size == 0 or float(np.abs(a).max()) < 1e-4 or float(np.sqrt(np.mean(a ** 2))) < 1e-5
+
+
 def _steps(n: int, first: int, size: int = SPEECH_CHUNK_FRAMES) -> list[tuple[int, int]]:
     """(start, stop) of the model steps over n frames: a first step of `first` frames (1 for a per-frame model:
     the first frame waits for no other), then `size` frames a step (a batched model keeps whole steps)."""
@@ -152,6 +158,12 @@ class LiveFace:
         from ...talking_head.render_video import iter_video_frames
 
         n = int(round(len(wave) * self.fps / rate))
+        if _silent(wave):  # a pause between sentences: the models refuse silent audio; the idle face, mouth closed
+            for j in range(n):
+                if should_stop is not None and should_stop():
+                    return
+                yield self.idle(k0 + j)
+            return
         track = self.track
         if not self.photo:  # the reference frames the idle video would have shown, in order
             with self._frames_lock:
