@@ -264,7 +264,7 @@ def client_main(args: argparse.Namespace) -> None:
                 summaries.append({"session": k, "error": body})
             barrier.abort()
             return
-        sid = body["id"]
+        sid, rate = body["id"], body["sample_rate"]
         client = LiveClient(args.client, sid, keep_frames=False)
         client.wait_for(lambda d: len(d.video) > 10, 30)
         try:
@@ -285,15 +285,18 @@ def client_main(args: argparse.Namespace) -> None:
                     rows.append({"session": k, "chars": len(text), "error": body})
                 continue
             uid = body["utterance"]
-            first = None
+            first = heard = None
             if client.wait_for(lambda d: any(e["type"] == "speech_start" and e["utterance"] == uid
                                              for e in d.events), 60):
                 with client.lock:
                     t0 = next(e["t"] for e in client.decoded.events
                               if e["type"] == "speech_start" and e["utterance"] == uid)
                 client.wait_for(lambda d: bool(d.video) and d.video[-1][0] >= t0 - 1e-3, 10)
+                client.wait_for(lambda d: bool(d.audio) and d.audio[-1][0] >= t0, 10)
                 with client.lock:
                     first = min((a for t, a, _ in client.decoded.video if t >= t0 - 1e-3), default=None)
+                    heard = min((a for t, a, pcm in client.decoded.audio if t + len(pcm) / rate > t0 + 1e-3),
+                                default=None)
             state, info, u, end = "queued", {}, {}, time.perf_counter() + 120
             while time.perf_counter() < end:
                 info = http(args.client, "GET", f"/sessions/{sid}")[1]
@@ -310,7 +313,8 @@ def client_main(args: argparse.Namespace) -> None:
             late = sum(s["frame"] - e["frame"] for e, s in zip(ends, starts[1:]))
             row = {"session": k, "i": i, "chars": len(text), "state": state, "audio_s": u.get("audio_seconds"),
                    "frames": u.get("frames"), "stalls": max(0, len(starts) - 1), "late_frames": int(late),
-                   **u.get("stages", {}), "client_first_frame": None if first is None else round(first - asked, 4)}
+                   **u.get("stages", {}), "client_first_frame": None if first is None else round(first - asked, 4),
+                   "client_first_audio": None if heard is None else round(heard - asked, 4)}
             with lock:
                 rows.append(row)
             print(json.dumps(row), flush=True)
@@ -329,7 +333,8 @@ def client_main(args: argparse.Namespace) -> None:
         t.start()
     for t in threads:
         t.join()
-    stages = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame")
+    stages = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame",
+              "client_first_audio")
     done = [r for r in rows if "error" not in r]
     speech = sum(r["frames"] or 0 for r in done)
     out = {"utterances": len(done), "done": sum(r["state"] == "done" for r in done),

@@ -10,7 +10,8 @@ one session, the websocket client of pipeline/live/client.py decoding the fragme
 --utterances texts of varied length (1 word .. 3 sentences) are said one after another, each after the last
 has finished. Per utterance: the server's stage times (request -> first TTS audio / first frame / first tick
 sent / first packet) and, at the client, request -> the first decoded video frame at or after the stream's
-speech start (text to first decoded speaking frame). P50/P95/P99 per stage. Real-time keeping: the clock's
+speech start (text to first decoded speaking frame), and to the decoded audio block holding the speech's first
+sample (the AAC encoder's and decoder's delay: a player shows both together). P50/P95/P99 per stage. Real-time keeping: the clock's
 frames per wall second over the run, and the speech frames that were late (a stall: the talking head or the
 TTS fell behind the clock, which then shows idle frames with silence - sync is kept, speech is delayed).
 Part 2 (time-compressed, no pacing): --drift-minutes of ticks through the same encoder (FMP4Encoder) with a
@@ -102,17 +103,22 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
             events = [e for e in client.decoded.events if e.get("utterance") == uid]
         starts = [e for e in events if e["type"] == "speech_start"]
         ends = [e for e in events if e["type"] == "speech_end"]
-        first_shown = None
+        first_shown = first_heard = None
         if starts:
             t0 = starts[0]["t"]
             client.wait_for(lambda d: bool(d.video) and d.video[-1][0] >= t0, 10)
+            client.wait_for(lambda d: bool(d.audio) and d.audio[-1][0] >= t0, 10)
             with client.lock:
                 first_shown = min((arrival for t, arrival, _ in client.decoded.video if t >= t0 - 1e-3), default=None)
+                # the decoded audio block that holds the speech's first sample (AAC's encoder and decoder delay)
+                first_heard = min((arrival for t, arrival, pcm in client.decoded.audio
+                                   if t + len(pcm) / manager.voice.rate > t0 + 1e-3), default=None)
         late = sum(s["frame"] - e["frame"] for e, s in zip(ends, starts[1:]))  # idle frames inside the speech
         rows.append({"i": i, "chars": len(text), "state": utterance.state, "audio_s": round(utterance.audio_seconds, 3),
                      "frames": utterance.frames, "stalls": max(0, len(starts) - 1), "late_frames": int(late),
                      **{k: round(v, 4) for k, v in utterance.times.items()},
-                     "client_first_frame": None if first_shown is None else round(first_shown - asked, 4)})
+                     "client_first_frame": None if first_shown is None else round(first_shown - asked, 4),
+                     "client_first_audio": None if first_heard is None else round(first_heard - asked, 4)})
         print(json.dumps(rows[-1]), flush=True)
         if progress is not None:
             progress(rows)
@@ -121,7 +127,8 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
     client.close()
     metrics = http(url, "GET", "/metrics")[1]
     server.stop()
-    stages = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame")
+    stages = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame",
+              "client_first_audio")
     speech_frames = sum(r["frames"] for r in rows)
     return {"setup_s": round(setup_s, 2), "face": manager.face.report.splitlines()[0],
             "utterances": len(rows), "done": sum(r["state"] == "done" for r in rows),
