@@ -43,13 +43,9 @@ class FMP4Encoder:
 
         self.rate, self.spf = int(rate), int(samples_per_frame)
         self._sink = _Sink()
-        # one fragment per packet, written as soon as the packet is (frag_every_frame; max_interleave_delta 1 us:
-        # the muxer does not hold video back until the AAC encoder, ~4 ticks behind, has audio of the same time):
-        # a frame's fragment leaves with its own tick, not 2-3 ticks later (measured 2026-12-02: decoded 0 ticks
-        # after it was encoded, 2-3 before). empty_moov: the init segment comes first.
+        # one fragment per frame (frag_duration below a frame); empty_moov: the init segment comes first
         self._out = av.open(self._sink, mode="w", format="mp4", options={
-            "movflags": "frag_every_frame+empty_moov+default_base_moof+omit_tfhd_offset", "frag_duration": "1",
-            "max_interleave_delta": "1"})
+            "movflags": "frag_keyframe+empty_moov+default_base_moof+omit_tfhd_offset", "frag_duration": "1"})
         self._video = self._out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
         self._video.width, self._video.height, self._video.pix_fmt = width, height, "yuv420p"
         self._video.bit_rate = bitrate
