@@ -39,7 +39,7 @@ class LiveVoice:
         self._lock = threading.Lock()
 
     def warm(self, max_speech_seconds: float = 20.0) -> Piece:
-        """One short sentence, so the first utterance of the first live session does not pay the model load; and
+        """One short sentence, so that no utterance pays the model load; and
         an engine with CUDA graphs (CosyVoice 2's fast path) captures every graph a text chunk of up to
         `max_speech_seconds` needs now: a capture while sessions run the talking head on other threads would stall
         the stream (and, in CUDA's global capture mode, fail)."""
