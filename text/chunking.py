@@ -118,3 +118,49 @@ def _split_words(clause: str, measure: Callable[[str], int], max_len: int) -> li
     if cur:
         out.append(cur)
     return out
+
+
+# --- live mode: a short first piece -------------------------------------------------------------------------
+FIRST_PIECE_WORDS = 6      # a first sentence up to this many words is spoken whole
+FIRST_PIECE_MIN_WORDS = 3  # never fewer words before the cut (prosody needs a phrase), nor after it
+# a cut before these words falls between phrases ("The package will arrive | on Monday morning")
+_PHRASE_STARTS = frozenset("and but or so because if when while which that who on in at to for with from "
+                           "after before until about by".split())
+
+
+def split_first_piece(chunks: list[TextChunk], max_words: int = FIRST_PIECE_WORDS,
+                      min_words: int = FIRST_PIECE_MIN_WORDS) -> list[TextChunk]:
+    """`chunks` with the first one cut short, so the speech can start after the synthesis of a few words (live
+    mode: the time to the first audio grows with the first piece's length). A first sentence of more than
+    `max_words` words is cut at its first clause mark (comma, semicolon, colon, dash) with at least `min_words`
+    words on each side, else before the first phrase-starting word (a preposition or conjunction) in the same
+    range, else after `max_words - 2` words; the cut gets PAUSE_CLAUSE_S at a clause mark, PAUSE_WORD_S inside a
+    clause. Text without spaces (Chinese) is cut at its first clause mark only. Later chunks are unchanged."""
+    if not chunks:
+        return chunks
+    first, rest = chunks[0], list(chunks[1:])
+    words = first.text.split()
+    if len(words) <= max_words or len(words) < 2 * min_words:
+        return _split_cjk_first(first, min_words) + rest if len(words) == 1 else chunks
+    limit = len(words) - min_words  # the cut falls after word index cut-1, cut in [min_words, limit]
+    cut, pause = None, PAUSE_WORD_S
+    for i in range(min_words, min(limit, max_words + 2) + 1):
+        if _CLAUSE_END.fullmatch(words[i - 1][-1:]):
+            cut, pause = i, PAUSE_CLAUSE_S
+            break
+    if cut is None:
+        cut = next((i for i in range(min_words, min(limit, max_words) + 1)
+                    if words[i].lower().strip("\"'“‘(") in _PHRASE_STARTS), None)
+    if cut is None:
+        cut = min(max(min_words, max_words - 2), limit)
+    return [TextChunk(" ".join(words[:cut]), pause), TextChunk(" ".join(words[cut:]), first.pause_after_s)] + rest
+
+
+def _split_cjk_first(chunk: TextChunk, min_chars: int) -> list[TextChunk]:
+    """A first sentence without spaces (Chinese): cut at its first clause mark after min_chars * 2 characters."""
+    text = chunk.text
+    for m in _CLAUSE_END.finditer(text):
+        if m.end() >= 2 * min_chars and len(text) - m.end() >= 2 * min_chars:
+            return [TextChunk(text[:m.end()].strip(), PAUSE_CLAUSE_S), TextChunk(text[m.end():].strip(),
+                                                                                 chunk.pause_after_s)]
+    return [chunk]

@@ -46,6 +46,7 @@ SPECIAL_TOKENS = {
 
 FAST_ENV = "DIGITAL_HUMAN_COSYVOICE_FAST"  # "1": the fast path on a CUDA device (FP32 eager otherwise)
 STREAM_HOP_TOKENS = 25  # tokens per streamed piece (1 s of speech; the reference streams 25-token hops)
+FIRST_HOP_TOKENS = 8    # live mode's first piece (0.32 s of speech): its audio after 8 + pre_lookahead_len tokens
 HIFT_CONTEXT_FRAMES = 8  # mel frames of left context re-vocoded for each streamed piece (then dropped)
 
 
@@ -206,6 +207,21 @@ class CosyVoice2Runtime:
                                    cuda_graph=self.fast.flow_graph and self.device.type == "cuda")
         return self._solver
 
+    def prepare_live(self, state: dict[str, np.ndarray], max_speech_tokens: int) -> dict[str, int]:
+        """Capture now every CUDA graph that speaking up to `max_speech_tokens` per text chunk with this speaker's
+        prompt needs (the LM step's, and the flow's for every length bucket), so that none is captured while
+        live sessions use the GPU from other threads. No-op without the fast path's graphs."""
+        out = {"flow_graphs": 0, "lm_graph": 0}
+        solver = self._flow_solver()
+        if solver is not None and solver.use_graph:
+            frames = self.models.flow.cfg.token_mel_ratio * (int(np.asarray(state["prompt_token"]).size)
+                                                               + int(max_speech_tokens))
+            out["flow_graphs"] = solver.prepare(frames, self.models.flow.cfg.timesteps,
+                                                self.models.flow.spk_embed_affine_layer.out_features)
+        decoder = self._lm_decoder()  # made (and on CUDA its step captured) now, if not yet
+        out["lm_graph"] = int(decoder is not None and getattr(decoder, "graph", None) is not None)
+        return out
+
     def _inputs(self, text_ids: list[int], state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         dev = self.device
         t = lambda a, dtype: torch.as_tensor(np.asarray(a), dtype=dtype, device=dev)[None]  # noqa: E731
@@ -269,8 +285,9 @@ class CosyVoice2Runtime:
     @torch.inference_mode()
     def speak_stream(self, text_ids: list[int], state: dict[str, np.ndarray], generator: torch.Generator,
                      hift_generator: torch.Generator | None = None, hop_tokens: int = STREAM_HOP_TOKENS,
-                     **limits: Any) -> Iterator[np.ndarray]:
-        """One chunk as audio pieces while the LM is still generating (time to first audio ~ hop_tokens steps).
+                     first_hop_tokens: int | None = None, **limits: Any) -> Iterator[np.ndarray]:
+        """One chunk as audio pieces while the LM is still generating (time to first audio ~ hop_tokens steps;
+        first_hop_tokens: the first piece's, when smaller - live mode starts speaking sooner).
 
         Each piece re-runs the (full-context, offline) flow on every token so far and vocodes the mel frames
         not yet sent, minus the last pre_lookahead_len tokens' frames (they change when the next tokens
@@ -297,9 +314,12 @@ class CosyVoice2Runtime:
             sent = end
             return out
 
+        first = max(1, int(first_hop_tokens or hop_tokens))
+        if first_hop_tokens:  # a device sampler reads its first block back as soon as the first piece can be made
+            limits = {**limits, "first_readback": first + lookahead}
         for token in self._tokens(x, generator, **limits):
             tokens.append(token)
-            if 2 * (len(tokens) - lookahead) - sent >= 2 * hop_tokens:
+            if 2 * (len(tokens) - lookahead) - sent >= 2 * (hop_tokens if sent else first):
                 yield piece(False)
         if tokens and 2 * len(tokens) > sent:
             yield piece(True)
@@ -363,6 +383,39 @@ class CosyVoice2Engine:
         for chunk in chunks:
             wave, _ = runtime.speak(runtime.text_ids(chunk.text), state, generator, speed)
             yield np.concatenate([wave, np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32)])
+
+    def prepare_live(self, speaker: Any, max_speech_seconds: float = 20.0) -> dict[str, int]:
+        """Live mode's warm-up: every CUDA graph a chunk of up to `max_speech_seconds` needs, captured now
+        (CosyVoice2Runtime.prepare_live)."""
+        return self.runtime().prepare_live(self._state(speaker), int(round(max_speech_seconds * 25)))
+
+    def live_stream(self, text: str, speaker: Any, language: str = "auto", seed: int = 0,
+                    first_hop_tokens: int = FIRST_HOP_TOKENS, hop_tokens: int = STREAM_HOP_TOKENS,
+                    limits: Any = None) -> Iterator[np.ndarray]:
+        """Live mode: each chunk's audio streamed while its LM runs (speak_stream), the first piece after
+        `first_hop_tokens` speech tokens, later ones every `hop_tokens`; a chunk's pause leads the next chunk's first piece.
+        limits: text -> {"min_tokens", "max_tokens"} of the LM (benchmarks on random weights, which never draw a
+        sensible stop token) or None. Speed is 1 (speak_stream has no speed control)."""
+        from ...text.frontend import text_chunks
+
+        state = self._state(speaker)
+        runtime = self.runtime()
+        _, chunks = text_chunks(text, language, lambda s: len(runtime.text_ids(s)), CHUNK_TOKENS)
+        generator = torch.Generator().manual_seed(int(seed))
+        hift = torch.Generator().manual_seed(int(seed) + 1)
+        pause = None
+        for i, chunk in enumerate(chunks):
+            extra = dict(limits(chunk.text)) if limits is not None else {}
+            pieces = runtime.speak_stream(runtime.text_ids(chunk.text), state, generator, hift, hop_tokens=hop_tokens,
+                                          first_hop_tokens=first_hop_tokens if i == 0 else None, **extra)
+            for wave in pieces:  # each piece as soon as it is made
+                if pause is not None:
+                    wave, pause = np.concatenate([pause, wave]), None
+                yield wave
+            # the chunk's pause goes before the next chunk's first piece (after the last piece it would hold that
+            # piece back; alone, a piece of silence is no speech for a talking head)
+            pause = np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32) if chunk.pause_after_s > 0 \
+                else None
 
     def synthesize(self, text: str, speaker: Any, language: str = "auto", speed: float = 1.0, seed: int = 0,
                    progress: Any = None, **_: Any) -> Any:

@@ -11,7 +11,10 @@ Only the offline (non-streaming, full-context) path is implemented: attention se
 """
 from __future__ import annotations
 
+import logging
 import math
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -373,7 +376,9 @@ class FastCFM:
         device = next(self.estimator.parameters()).device
         self.use_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
         self.max_graphs = max_graphs
-        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], torch.Tensor]] = {}
+        self.graphs: dict[tuple[int, int], tuple[Callable[[], None], dict[str, torch.Tensor], torch.Tensor]] = {}
+        self.captures = 0   # graphs captured (prepare's, and any made while serving)
+        self.prepared = 0   # frames prepare() covered (0 = none)
 
     def _graph(self, padded: int, steps: int, inputs: dict[str, torch.Tensor]):
         key = (padded, steps)
@@ -384,18 +389,32 @@ class FastCFM:
         static = {k: v.clone() for k, v in inputs.items()}
         run = lambda: solve_ode(self.estimator, static["x"], static["mu"], static["mask"], static["spks"],  # noqa: E731
                                 static["cond"], steps, self.cfg_rate)
-        stream = torch.cuda.Stream(static["x"].device)
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            run()  # warm-up outside capture (cuDNN/cuBLAS plans)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = run()
+        replay, out = _capture(run, static["x"].device)
+        self.captures += 1
+        if self.prepared and padded > self.prepared:
+            log.warning("[digital_human] CosyVoice 2 flow: a %d-frame solve is longer than the %d frames prepared; "
+                        "capturing its graph now", padded, self.prepared)
         while len(self.graphs) >= self.max_graphs:
             self.graphs.pop(next(iter(self.graphs)))
-        self.graphs[key] = (graph, static, out)
+        self.graphs[key] = (replay, static, out)
         return self.graphs[key]
+
+    def prepare(self, max_frames: int, steps: int = 10, spk_dim: int = MEL_BINS) -> int:
+        """Capture the graphs of every bucket up to `max_frames` now (and keep them all), so that no capture
+        happens while serving: live mode's sessions run the talking head on the same GPU from other threads at
+        the same time. Returns the number of graphs kept."""
+        if not self.use_graph:
+            return 0
+        device = next(self.estimator.parameters()).device
+        top = min(-(-int(max_frames) // self.bucket) * self.bucket, NOISE_FRAMES)
+        lengths = list(range(self.bucket, top + 1, self.bucket))
+        self.max_graphs = max(self.max_graphs, len(lengths) + 2)
+        for padded in lengths:
+            z = torch.zeros(1, MEL_BINS, padded, device=device)
+            self._graph(padded, steps, {"x": self.noise[:, :, :padded].to(z), "mu": z, "mask": torch.ones(
+                1, 1, padded, device=device), "spks": torch.zeros(1, spk_dim, device=device), "cond": z.clone()})
+        self.prepared = max(self.prepared, top)
+        return len(self.graphs)
 
     def __call__(self, mu: torch.Tensor, mask: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor,
                  steps: int = 10) -> torch.Tensor:
@@ -410,11 +429,35 @@ class FastCFM:
             out = solve_ode(self.estimator, inputs["x"], inputs["mu"], inputs["mask"], inputs["spks"],
                             inputs["cond"], steps, self.cfg_rate)
             return out[:, :, :frames]
-        graph, static, out = self._graph(padded, steps, inputs)
+        replay, static, out = self._graph(padded, steps, inputs)
         for name, value in inputs.items():
             static[name].copy_(value)
-        graph.replay()
+        replay()
         return out[:, :, :frames].clone()
+
+
+log = logging.getLogger("digital_human.cosyvoice")
+_CAPTURE_LOCK = threading.Lock()  # one capture at a time in the process
+
+
+def capture_graph(run: Callable[[], torch.Tensor], device: torch.device) -> tuple[Callable[[], None], torch.Tensor]:
+    """(replay, out): run() captured into a CUDA graph after one warm-up call on a side stream (cuDNN/cuBLAS
+    plans are made outside the capture). Thread-local capture mode: other threads may use the GPU meanwhile (live
+    mode's talking head) - in the default global mode their calls fail with "operation not permitted when stream
+    is capturing" and invalidate this capture (seen on an H200, 2026-12-02)."""
+    with _CAPTURE_LOCK:
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            run()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            out = run()
+    return graph.replay, out
+
+
+_capture = capture_graph  # FastCFM's capture (tests replace it: the CPU has no CUDA graphs)
 
 
 @dataclass(frozen=True)

@@ -194,8 +194,11 @@ class SpeechLM(nn.Module):
     def generate(self, text: torch.Tensor, prompt_text: torch.Tensor, prompt_speech_token: torch.Tensor,
                  generator: torch.Generator | None = None, min_token_text_ratio: float = 2,
                  max_token_text_ratio: float = 20, decoder: "StaticDecoder | None" = None,
-                 min_tokens: int | None = None, max_tokens: int | None = None) -> Iterator[int]:
-        """Yield speech tokens one by one. text/prompt_text: [1, N] Qwen token ids.
+                 min_tokens: int | None = None, max_tokens: int | None = None,
+                 first_readback: int | None = None) -> Iterator[int]:
+        """Yield speech tokens one by one. text/prompt_text: [1, N] Qwen token ids. first_readback: with a device
+        sampler, the first block read back after this many tokens (when fewer than its readback: a stream's first
+        piece needs only a few; the tokens drawn are the same).
 
         decoder: a StaticDecoder built on this LM (fixed-size KV cache, CUDA graph on a GPU); the prompt
         still runs through transformers, only the one-token steps change. min_tokens/max_tokens override
@@ -207,7 +210,7 @@ class SpeechLM(nn.Module):
             decoder = None  # longer than its cache: the eager path has no length limit
         banned = self.min_len_banned(min_tokens is not None)
         if decoder is not None and decoder.sampling is not None:
-            yield from self._generate_on_device(decoder, embeds, generator, min_len, max_len, banned)
+            yield from self._generate_on_device(decoder, embeds, generator, min_len, max_len, banned, first_readback)
             return
         cache = None
         for step in range(max_len):
@@ -229,7 +232,8 @@ class SpeechLM(nn.Module):
                 embeds = self.speech_embedding.weight[token].reshape(1, 1, -1)
 
     def _generate_on_device(self, decoder: "StaticDecoder", embeds: torch.Tensor, generator: torch.Generator | None,
-                            min_len: int, max_len: int, banned: list[int] | None = None) -> Iterator[int]:
+                            min_len: int, max_len: int, banned: list[int] | None = None,
+                            first_readback: int | None = None) -> Iterator[int]:
         """Tokens drawn by the decoder itself (ras_sample_tensor after each step, no host sync per token); the
         host reads them back every decoder.readback steps to look for a stop token. Steps run past a stop
         token within a read-back block are discarded (their K/V writes land in slots no later step reads)."""
@@ -238,7 +242,8 @@ class SpeechLM(nn.Module):
         decoder.begin(embeds, generator, min_len, banned)  # prefill and token 0
         read, drawn = 0, 1
         while read < max_len:
-            end = min(read + decoder.readback, max_len)
+            block = decoder.readback if read or not first_readback else max(1, min(first_readback, decoder.readback))
+            end = min(read + block, max_len)
             decoder.advance(end - drawn)
             drawn = end
             for token in decoder.drawn[read:end].tolist():  # the one sync per block
@@ -520,7 +525,8 @@ class StaticDecoder:
         torch.cuda.current_stream(self.device).wait_stream(stream)
         self._reset()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread-local: other threads' GPU work (live mode's talking head) neither fails nor breaks the capture
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.out = self._graph_step()
         self._reset()
 

@@ -211,6 +211,7 @@ class MuseTalkPipeline:
         self.graph_capture_seconds: dict[str, float] = {}
         self._graph: dict[str, GraphReplay] = {}
         self._graph_failed: set[str] = set()
+        self._batcher: Any = None  # share_batches: concurrent threads' steps as one batch
         self._stream: Any = torch.cuda.Stream(self.device) if self.graphs else None
         if graphs and not cuda:
             self.graphs_note = "MuseTalk CUDA graphs are for CUDA only; running without them on the CPU"
@@ -502,9 +503,32 @@ class MuseTalkPipeline:
         """Generated RGB uint8 crops [B, 256, 256, 3]."""
         return self.generate_device(latents, windows).cpu().numpy()
 
+    def share_batches(self, window_s: float = 0.004, max_rows: int = 64, quantum: int = 4) -> None:
+        """From now on, generate_device calls made at the same time by several threads (the live server's
+        sessions, 4 frames each) run as one batched step (engines/call_batcher.py): each caller gets its own
+        rows. A row's result does not depend on the others (the UNet and decoder are per sample); every step is
+        padded to a multiple of `quantum` rows, since on the CPU a convolution may round a row differently at
+        another batch size (1-3 or 5 rows vs 4 or 8: tests/test_live_batching.py compares)."""
+        from ..call_batcher import CallBatcher
+
+        if self._batcher is None:
+            self._batcher = CallBatcher(self._generate_now, window_s=window_s, max_rows=max_rows,
+                                        quantum=quantum, name="musetalk-batcher")
+
+    @property
+    def batcher(self) -> Any:
+        return self._batcher
+
     def generate_device(self, latents: Any, windows: Any) -> Any:
         """generate's crops as a uint8 tensor on the pipeline's device, the work only queued there (on CUDA the
-        call returns once it is launched: a caller can time launching and waiting apart)."""
+        call returns once it is launched: a caller can time launching and waiting apart). After share_batches,
+        concurrent callers' rows run in one step."""
+        if self._batcher is not None:
+            latents, windows = self._inputs(latents, windows)
+            return self._batcher(latents, windows)
+        return self._generate_now(latents, windows)
+
+    def _generate_now(self, latents: Any, windows: Any) -> Any:
         import torch
 
         with torch.inference_mode(), self._on_stream():
@@ -566,8 +590,24 @@ def cached_pipeline(networks: Any, seed: int = 0, compile: bool | None = None,
             pipe = kept[key] = MuseTalkPipeline(networks, seed=seed, cache_size=SHARED_LATENTS, compile=compile,
                                                 graphs=graphs)
             _PIPELINES.add(pipe)
+            if _SHARED_BATCHES is not None:
+                pipe.share_batches(**_SHARED_BATCHES)
     pipe.claim_layout()
     return pipe
+
+
+_SHARED_BATCHES: dict[str, Any] | None = None  # share_batches_in_process's settings, for pipelines made later
+
+
+def share_batches_in_process(window_s: float = 0.004, max_rows: int = 64, quantum: int = 4) -> None:
+    """Every kept pipeline of this process, and every one made later, batches concurrent threads' steps
+    (MuseTalkPipeline.share_batches): the live server's sessions share one step."""
+    global _SHARED_BATCHES
+    with _PIPELINES_LOCK:
+        _SHARED_BATCHES = {"window_s": window_s, "max_rows": max_rows, "quantum": quantum}
+        pipes = list(_PIPELINES)
+    for pipe in pipes:
+        pipe.share_batches(**_SHARED_BATCHES)
 
 
 def clear_latent_caches() -> None:

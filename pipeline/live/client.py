@@ -70,11 +70,16 @@ def http(base: str, method: str, path: str, body: Any = None, timeout: float = 3
 
 class LiveClient:
     """Connects to session `sid`'s websocket on its own thread; `decoded` fills as media arrives.
-    keep_frames: keep the RGB pixels (else only the `on_video(media_s, arrival, rgb)` callback sees them)."""
+    keep_frames: keep the RGB pixels (else only the `on_video(media_s, arrival, rgb)` callback sees them); a video
+    frame's record (media time, arrival) is kept either way."""
 
     def __init__(self, base: str, sid: str, *, keep_frames: bool = True,
-                 on_video: Callable[[float, float, np.ndarray], None] | None = None) -> None:
+                 on_video: Callable[[float, float, np.ndarray], None] | None = None,
+                 on_audio: Callable[[float, float, np.ndarray], None] | None = None, keep_audio: bool = True) -> None:
+        """keep_audio=False: decoded audio blocks go only to `on_audio` (a long stream's measurement keeps its own
+        summary instead of every sample)."""
         self.base, self.sid, self.keep_frames, self.on_video = base, sid, keep_frames, on_video
+        self.on_audio, self.keep_audio = on_audio, keep_audio
         self.decoded = Decoded()
         self.lock = threading.Lock()
         self._pipe = _Pipe()
@@ -148,8 +153,11 @@ class LiveClient:
                             self.decoded.video.append((t, now, rgb if self.keep_frames else None))
                     else:
                         pcm = frame.to_ndarray().astype(np.float32).reshape(-1)
-                        with self.lock:
-                            self.decoded.audio.append((t, now, pcm))
+                        if self.on_audio is not None:
+                            self.on_audio(t, now, pcm)
+                        if self.keep_audio:
+                            with self.lock:
+                                self.decoded.audio.append((t, now, pcm))
         except Exception as exc:  # noqa: BLE001 - the stream ended mid-fragment when the client closed
             if self.error is None and not (self._closing and self._closing.is_set()):
                 self.error = exc

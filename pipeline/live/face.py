@@ -24,6 +24,19 @@ MOTION_HORIZON_S = 600.0  # idle-motion figures made for this long, then read ba
 SPEECH_CHUNK_FRAMES = 4   # frames per model step: the first frame waits for no more than this many
 
 
+def _silent(wave: np.ndarray) -> bool:
+    """Whether the talking-head models would refuse `wave` as silent (talking_head.driver.validate_audio's test)."""
+    a = np.asarray(wave, np.float64)
+    return a.size == 0 or float(np.abs(a).max()) < 1e-4 or float(np.sqrt(np.mean(a ** 2))) < 1e-5
+
+
+def _steps(n: int, first: int, size: int = SPEECH_CHUNK_FRAMES) -> list[tuple[int, int]]:
+    """(start, stop) of the model steps over n frames: a first step of `first` frames (1 for a per-frame model:
+    the first frame waits for no other), then `size` frames a step (a batched model keeps whole steps)."""
+    bounds = [0] + list(range(min(first, n), n, size)) + [n]
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
 def _bounce(k: int, n: int) -> int:
     """Index k of 0,1,..,n-1,n-2,..,1,0,1,.. (a seamless back-and-forth over n items)."""
     if n <= 1:
@@ -57,7 +70,11 @@ class LiveFace:
 
     def __init__(self, face: Path, *, model: str = "portrait", fps: float = 25.0, backend: str = "auto",
                  max_side: int = 512, crop_size: str = "auto", smooth: float = 0.0, idle_motion: bool = True,
-                 max_seconds: float = 30.0, seed: int = 0, device: str | None = None) -> None:
+                 max_seconds: float = 30.0, seed: int = 0, device: str | None = None,
+                 batch_sessions: bool = True) -> None:
+        """batch_sessions: the talking-head steps of concurrent sessions run as one batched model call, for the
+        models whose generator takes a batch (MuseTalk: engines/call_batcher.py). `portrait` is a per-frame
+        warp with no network to batch; its frames are made on each session's own thread."""
         from ..main_job import StageTimer, _faces_from_file
         from ...talking_head.registry import model_problem
 
@@ -77,6 +94,12 @@ class LiveFace:
             self._motion_track = session_motion(self.fps, seed)
             self.motion = HeadMotion(self.track.landmarks[0], self._first, self._motion_track)
         self._frames_lock = threading.Lock()  # a video's frames are decoded on demand by one reader
+        self.batched = False
+        if batch_sessions and model.partition(":")[0] == "musetalk":
+            from ...engines.musetalk.pipeline import share_batches_in_process
+
+            share_batches_in_process()
+            self.batched = True
 
     def warm(self, wave: np.ndarray, rate: int) -> None:
         """Make the frames of one piece once: the model's first call sets itself up (seconds on a CPU)."""
@@ -135,6 +158,12 @@ class LiveFace:
         from ...talking_head.render_video import iter_video_frames
 
         n = int(round(len(wave) * self.fps / rate))
+        if _silent(wave):  # a pause between sentences: the models refuse silent audio; the idle face, mouth closed
+            for j in range(n):
+                if should_stop is not None and should_stop():
+                    return
+                yield self.idle(k0 + j)
+            return
         track = self.track
         if not self.photo:  # the reference frames the idle video would have shown, in order
             with self._frames_lock:
@@ -145,10 +174,10 @@ class LiveFace:
                              phones=phones, should_stop=should_stop)
         if self.photo and self.smooth <= 0:  # the fast path: no smoothing window, one reference frame
             paste = self._photo_paste(gen)
-            for start in range(0, len(gen), SPEECH_CHUNK_FRAMES):
+            for start, stop in _steps(len(gen), first=SPEECH_CHUNK_FRAMES if self.batched else 1):
                 if should_stop is not None and should_stop():
                     return
-                crops, _ = gen.chunk(start, min(start + SPEECH_CHUNK_FRAMES, len(gen)))
+                crops, _ = gen.chunk(start, stop)
                 for crop in crops:
                     yield paste(crop)
             return

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,37 +16,54 @@ class Piece:
 
 
 class LiveVoice:
-    """engine + speaker (+ a bundled Kokoro voice); `pieces(text)` yields speech sentence by sentence (Kokoro),
-    or as the engine's stream yields it (CosyVoice 2). One lock: the engines' sessions are shared."""
+    """engine + speaker (+ a bundled Kokoro voice); `pieces(text)` yields speech as it is made: Kokoro sentence by
+    sentence with the first sentence cut short (text/chunking.split_first_piece: the first audio after a few
+    words' synthesis, not a whole sentence's); CosyVoice 2 through its live stream (the LM's tokens vocoded every
+    hop, the first piece after FIRST_HOP_TOKENS); other engines as their `stream` yields. One lock: the engines'
+    sessions are shared. `engine` may be an engine object already made (benchmarks: a given release folder).
+    token_limits: CosyVoice 2 only, text -> {"min_tokens", "max_tokens"} (benchmarks on random weights)."""
 
-    def __init__(self, engine: str = "kokoro", speaker: Any = None, base_voice: str = "auto",
-                 backend: str = "auto", language: str = "auto", speed: float = 1.0) -> None:
+    def __init__(self, engine: Any = "kokoro", speaker: Any = None, base_voice: str = "auto",
+                 backend: str = "auto", language: str = "auto", speed: float = 1.0,
+                 token_limits: Callable[[str], dict] | None = None) -> None:
         from ...voice.engines import get_engine
 
-        self.engine_name, self.speaker, self.base_voice = engine, speaker, base_voice
+        self.engine = get_engine(engine) if isinstance(engine, str) else engine
+        self.engine_name = engine if isinstance(engine, str) else self.engine.name
+        self.speaker, self.base_voice = speaker, base_voice
         self.backend, self.language, self.speed = backend, language, speed
-        self.engine = get_engine(engine)
+        self.token_limits = token_limits
+        self.prepared: dict[str, int] = {}  # what warm() captured ahead (CosyVoice 2 on CUDA)
         self.engine.check_files()
         self.rate = int(self.engine.sample_rate)
         self._lock = threading.Lock()
 
-    def warm(self) -> Piece:
-        """One short sentence, so the first utterance of the first live session does not pay the model load."""
+    def warm(self, max_speech_seconds: float = 20.0) -> Piece:
+        """One short sentence, so that no utterance pays the model load; and
+        an engine with CUDA graphs (CosyVoice 2's fast path) captures every graph a text chunk of up to
+        `max_speech_seconds` needs now: a capture while sessions run the talking head on other threads would stall
+        the stream (and, in CUDA's global capture mode, fail)."""
+        if hasattr(self.engine, "prepare_live") and self.speaker is not None:
+            with self._lock:
+                self.prepared = self.engine.prepare_live(self.speaker, max_speech_seconds)
         return list(self.pieces("Hello."))[0]
 
     def pieces(self, text: str) -> Iterator[Piece]:
         if self.engine_name != "kokoro":
-            stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
+            if hasattr(self.engine, "live_stream") and self.speed == 1.0:
+                stream = self.engine.live_stream(text, self.speaker, language=self.language, limits=self.token_limits)
+            else:
+                stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
             while True:
                 with self._lock:
                     wave = next(stream, None)
                 if wave is None:
                     return
                 yield Piece(np.asarray(wave, np.float32))
-        from ...text.chunking import split_sentences
+        from ...text.chunking import split_first_piece, split_sentences
         from ...voice.tts import synthesize_speech
 
-        for sentence in split_sentences(text):
+        for sentence in split_first_piece(split_sentences(text)):
             with self._lock:
                 result = synthesize_speech(sentence.text, self.speaker, language=self.language, speed=self.speed,
                                            backend=self.backend, base_voice=self.base_voice)

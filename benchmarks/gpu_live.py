@@ -1,0 +1,384 @@
+"""Live mode on a GPU: CosyVoice 2 (fast path) + MuseTalk at full size, several concurrent 25-fps sessions, text to
+the first decoded speaking frame at a client, per stage P50/P95/P99.
+
+The server (this process): `digital-human serve`'s objects (LiveVoice, LiveFace, SessionManager, LiveServer) on
+loopback, built as `serve` builds them except the model files: the device has no model hub, so
+- CosyVoice 2: a release folder of the released architecture with seeded random weights (Qwen2 0.5 B LM, flow,
+  HiFT; random_release.write_random_release, as benchmarks/gpu_cosyvoice.py), on CUDA with the fast path. Random
+  weights never draw a sensible end of speech, so each text chunk's LM is held to exactly
+  round(characters x 25 / 14) speech tokens (25 tokens a second, ~14 characters a second of English speech;
+  clamped to 10..400): the speech lengths are those of real speech of the text, the sound is noise.
+- MuseTalk 1.5: full-size UNet, VAE and whisper-tiny encoder with seeded random weights made on the device (as
+  benchmarks/gpu_musetalk.py), FP16, eager, given to the pack's own network cache in place of loading a release
+  (a reduced random release is written for the file checks; the networks used are the full-size ones). Speed does
+  not depend on the weights' values.
+- Face: face_01_female.jpg at 512 px (FaceAlign on the installed face models), idle motion on.
+Concurrent sessions' MuseTalk steps run as one batched call (engines/call_batcher.py).
+
+The clients (a separate process, so their decoding does not share this process's interpreter lock): one thread
+per session opens it, connects the websocket (fragmented MP4: H.264 + AAC, the transport a browser uses through
+Media Source Extensions) and decodes what arrives with PyAV; texts of varied length (1 word .. 3 sentences) are
+said one after another, each after the last has finished. Per utterance: the server's stage times
+(GET /sessions/{id}: request -> first TTS audio, first talking-head frame, first tick sent by the clock, first
+encoded packet) and, at the client, request -> the first decoded video frame at or after the stream's speech start
+(text to first decoded speaking frame; the request is timed by the client). Real time: each session's clock rate,
+the frames decoded per second at each client, and the speech frames that came late (idle frames inside speech).
+
+  python benchmarks/gpu_live.py --save-state state.npz --out -   # here (librosa): the speaker state, carried
+  python benchmarks/gpu_live.py --state state.npz --out $OUT/gpu_live.json                # GPU, full size
+  python benchmarks/gpu_live.py --size reduced --device cpu --phases 1:2,2:2 --out /tmp/gl.json   # CPU smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bootstrap import ROOT, import_pack  # noqa: E402
+
+TOKENS_PER_CHAR = 25 / 14
+PROMPT_TEXT = "This is the voice of the speaker."
+
+
+def token_limits(text: str) -> dict:
+    n = int(min(400, max(10, round(len(text) * TOKENS_PER_CHAR))))
+    return {"min_tokens": n, "max_tokens": n}
+
+
+def speaker_state(folder: Path) -> dict:
+    """The speaker state of a synthetic 3-s clip on the release's front end (a CPU runtime; its prompt mel needs
+    librosa, which the GPU machine lacks: --save-state makes it beforehand, --state carries it there)."""
+    from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime
+
+    t = np.arange(3 * 24000) / 24000
+    clip = (0.3 * np.sin(2 * np.pi * 140 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+            + 0.02 * np.random.default_rng(0).standard_normal(t.size)).astype(np.float32)
+    return CosyVoice2Runtime(folder, "cpu").speaker_state(clip, 24000, PROMPT_TEXT)
+
+
+def build_voice(size: str, device: str, folder: Path, state_file: str = ""):
+    import gc
+
+    from digital_human.engines.cosyvoice.engine import CosyVoice2Engine
+    from digital_human.engines.cosyvoice.random_release import write_random_release
+    from digital_human.pipeline.live.voice import LiveVoice
+    from digital_human.voice.engines import with_engine_state
+    from digital_human.voice.speaker import SpeakerProfile
+    from gpu_cosyvoice import release_yaml
+
+    if not (folder / "hift.pt").is_file():
+        yaml_text, qwen = release_yaml(size)
+        write_random_release(folder, yaml_text, qwen, seed=1234)
+    gc.collect()
+    engine = CosyVoice2Engine(folder, device, fast=device.startswith("cuda"))
+    state = dict(np.load(state_file)) if state_file else speaker_state(folder)
+    base = SpeakerProfile(embedding=np.ones(256, np.float32) / 16, segment_embeddings=np.zeros((0, 256), np.float32),
+                          content_hash="synthetic", speech_seconds=3.0, name="random")
+    speaker = with_engine_state(base, "cosyvoice2", state)
+    return LiveVoice(engine, speaker, token_limits=token_limits)
+
+
+def place_musetalk(size: str, device: str, root: Path) -> None:
+    """A reduced random release under root (the file checks), and `size` networks with seeded random weights in
+    the pack's network cache under that release's key (what cached_networks would load from full-size files)."""
+    import torch
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import WhisperConfig, WhisperFeatureExtractor
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    from digital_human.engines.musetalk import networks as mn
+    from digital_human.engines.musetalk import random_release as rr
+    from digital_human.engines.musetalk.files import locate
+
+    rr.write_release(root, "reduced", seed=0)
+    unet_cfg, vae_cfg, whisper_cfg, feature_size = rr.CONFIGS[size]
+    files = locate(root)
+    # the whisper folder's configs are the size's own (the log-mel extractor's bins must match the encoder)
+    WhisperConfig(**whisper_cfg).to_json_file(str(files.whisper_dir / "config.json"))
+    WhisperFeatureExtractor(feature_size=feature_size).to_json_file(str(files.whisper_dir / "preprocessor_config.json"))
+    precision = "fp16" if device.startswith("cuda") else "fp32"
+    dtype = torch.float16 if precision == "fp16" else torch.float32
+    torch.manual_seed(0)
+    with torch.device(device):
+        unet = UNet2DConditionModel(**{k: v for k, v in unet_cfg.items() if not k.startswith("_")})
+        vae = AutoencoderKL(**{k: v for k, v in vae_cfg.items() if not k.startswith("_")})
+        whisper = WhisperEncoder(WhisperConfig(**whisper_cfg))
+    nets = mn.MuseTalkNetworks(unet=unet, vae=vae, whisper=whisper, files=files)
+    for m in (unet, vae, whisper):
+        m.eval().requires_grad_(False)
+    nets = nets.to(device, dtype)
+    stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in
+                  (files.unet_weights, files.vae_weights, files.whisper_weights, files.unet_config))
+    with mn._LOCK:
+        mn._CACHE.clear()
+        mn._CACHE[(stamp, device.split(":")[0], precision)] = nets
+
+
+def warm_batches(face, max_rows: int) -> dict:
+    """One MuseTalk step at every batch size the batcher can make (multiples of 4 up to max_rows): the first step
+    of a shape pays its kernel set-up, which would otherwise land in some utterance's latency."""
+    import torch
+
+    from digital_human.engines.musetalk.pipeline import _PIPELINES
+
+    out = {}
+    for pipe in list(_PIPELINES):
+        lat = torch.zeros((1, 8, 32, 32), device=pipe.device, dtype=pipe.dtype)
+        win = torch.zeros((1, 50, 384), device=pipe.device, dtype=pipe.dtype)
+        for rows in range(4, max_rows + 1, 4):
+            t0 = time.perf_counter()
+            pipe._generate_now(lat.expand(rows, -1, -1, -1).contiguous(), win.expand(rows, -1, -1).contiguous())
+            if pipe.device.type == "cuda":
+                torch.cuda.synchronize()
+            out[rows] = round(1000 * (time.perf_counter() - t0), 1)
+    return out
+
+
+def save_state(args: argparse.Namespace) -> None:
+    import_pack()
+    from digital_human.engines.cosyvoice.random_release import write_random_release
+    from gpu_cosyvoice import release_yaml
+
+    folder = Path(args.work) / f"cosyvoice2_{args.size}"
+    if not (folder / "hift.pt").is_file():
+        yaml_text, qwen = release_yaml(args.size)
+        write_random_release(folder, yaml_text, qwen, seed=1234)
+    np.savez(args.save_state, **speaker_state(folder))
+    print(f"speaker state of {folder} -> {args.save_state}")
+
+
+def server_main(args: argparse.Namespace) -> None:
+    import_pack()
+    import torch
+
+    from digital_human.pipeline.live.client import http
+    from digital_human.pipeline.live.face import LiveFace
+    from digital_human.pipeline.live.metrics import StageMetrics
+    from digital_human.pipeline.live.server import LiveServer, RunningServer
+    from digital_human.pipeline.live.session import SessionManager
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    phases = [tuple(int(v) for v in p.split(":")) for p in args.phases.split(",")]
+    report = {"benchmark": "gpu_live", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "commit": args.commit, "size": args.size, "device": args.device,
+              "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
+              "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
+              "tokens_per_char": round(TOKENS_PER_CHAR, 4), "phases": []}
+
+    def save() -> None:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+    t0 = time.perf_counter()
+    voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state)
+    report["voice_build_s"] = round(time.perf_counter() - t0, 1)
+    t0 = time.perf_counter()
+    models = work / "models"
+    models.mkdir(exist_ok=True)
+    if not (models / "face").exists():
+        (models / "face").symlink_to(Path(args.face_models).resolve())
+    os.environ["DIGITAL_HUMAN_MODELS"] = str(models)
+    place_musetalk(args.size, args.device, models)
+    face = LiveFace(Path(args.face), model="musetalk", max_side=512)
+    report["face"] = face.report.splitlines()[0]
+    report["face_build_s"] = round(time.perf_counter() - t0, 1)
+    t0 = time.perf_counter()
+    piece = voice.warm(max_speech_seconds=max(token_limits("x" * 10 ** 4)["max_tokens"] / 25, 20.0))
+    report["voice_prepared"] = voice.prepared
+    face.warm(piece.wave, voice.rate)
+    max_sessions = max(n for n, _ in phases)
+    report["warm_step_ms"] = warm_batches(face, 4 * max_sessions)
+    report["warm_s"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps({k: v for k, v in report.items() if k != "phases"}), flush=True)
+    save()
+    manager = SessionManager(face, voice, max_sessions=max_sessions)
+    server = RunningServer(LiveServer(manager))
+    start = time.perf_counter()
+    try:
+        for sessions, utterances in phases:
+            left = args.budget_s - (time.perf_counter() - start) if args.budget_s else 0
+            if args.budget_s and left < 20:
+                report["phases"].append({"sessions": sessions, "skipped": f"--budget-s {args.budget_s} reached"})
+                continue
+            manager.metrics = StageMetrics()  # this phase's sessions' figures only
+            pipe_stats = _batcher_stats()
+            out = work / f"clients_{sessions}.json"
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--client", server.url, "--sessions", str(sessions),
+                   "--utterances", str(utterances), "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
+                                                                                        args.budget_s else 0)]
+            t1 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(60, left + 30) if args.budget_s
+                                  else None)
+            phase = json.loads(out.read_text()) if out.is_file() else {"error": proc.stderr[-3000:]}
+            phase.update(sessions=sessions, wall_s=round(time.perf_counter() - t1, 1),
+                         server_metrics=http(server.url, "GET", "/metrics")[1], batcher=_batcher_delta(pipe_stats))
+            if proc.returncode:
+                phase["client_stderr"] = proc.stderr[-2000:]
+            report["phases"].append(phase)
+            print(json.dumps({k: v for k, v in phase.items() if k not in ("rows", "server_metrics")}), flush=True)
+            save()
+    finally:
+        server.stop()
+    save()
+
+
+def _batcher_stats() -> tuple[int, int]:
+    from digital_human.engines.musetalk.pipeline import _PIPELINES
+
+    b = next((p.batcher for p in list(_PIPELINES) if p.batcher is not None), None)
+    return (0, 0) if b is None else (b.calls, b.rows_run)
+
+
+def _batcher_delta(before: tuple[int, int]) -> dict:
+    calls, rows = (a - b for a, b in zip(_batcher_stats(), before))
+    return {"steps": calls, "rows": rows, "mean_rows_per_step": round(rows / calls, 2) if calls else None}
+
+
+# --- the clients ------------------------------------------------------------------------------------------------
+def client_main(args: argparse.Namespace) -> None:
+    import_pack()
+    from live import percentiles, texts
+
+    from digital_human.pipeline.live.client import LiveClient, http
+
+    all_texts = texts(args.utterances)
+    per_session = [all_texts[i::args.sessions] for i in range(args.sessions)]
+    rows, summaries, lock = [], [], threading.Lock()
+    start = time.perf_counter()
+    barrier = threading.Barrier(args.sessions)
+
+    def run(k: int) -> None:
+        status, body = http(args.client, "POST", "/sessions")
+        if status != 201:
+            with lock:
+                summaries.append({"session": k, "error": body})
+            barrier.abort()
+            return
+        sid, rate = body["id"], body["sample_rate"]
+        client = LiveClient(args.client, sid, keep_frames=False)
+        client.wait_for(lambda d: len(d.video) > 10, 30)
+        try:
+            barrier.wait(60)
+        except threading.BrokenBarrierError:
+            pass
+        info0, w0 = http(args.client, "GET", f"/sessions/{sid}")[1], time.perf_counter()
+        with client.lock:
+            v0 = len(client.decoded.video)
+        for i, text in enumerate(per_session[k]):
+            if args.deadline_s and time.perf_counter() - start > args.deadline_s:
+                break
+            time.sleep(0.05 + 0.1 * ((k * 7 + i) % 5) / 5)  # sessions not in lockstep
+            asked = time.perf_counter()
+            status, body = http(args.client, "POST", f"/sessions/{sid}/say", {"text": text})
+            if status != 202:
+                with lock:
+                    rows.append({"session": k, "chars": len(text), "error": body})
+                continue
+            uid = body["utterance"]
+            first = heard = None
+            if client.wait_for(lambda d: any(e["type"] == "speech_start" and e["utterance"] == uid
+                                             for e in d.events), 60):
+                with client.lock:
+                    t0 = next(e["t"] for e in client.decoded.events
+                              if e["type"] == "speech_start" and e["utterance"] == uid)
+                client.wait_for(lambda d: bool(d.video) and d.video[-1][0] >= t0 - 1e-3, 10)
+                client.wait_for(lambda d: bool(d.audio) and d.audio[-1][0] >= t0, 10)
+                with client.lock:
+                    first = min((a for t, a, _ in client.decoded.video if t >= t0 - 1e-3), default=None)
+                    heard = min((a for t, a, pcm in client.decoded.audio if t + len(pcm) / rate > t0 + 1e-3),
+                                default=None)
+            state, info, u, end = "queued", {}, {}, time.perf_counter() + 120
+            while time.perf_counter() < end:
+                info = http(args.client, "GET", f"/sessions/{sid}")[1]
+                u = next((u for u in info.get("utterances", []) if u["id"] == uid), {})
+                state = u.get("state", "?")
+                if state in ("done", "interrupted", "failed"):
+                    break
+                time.sleep(0.05)
+            client.wait_for(lambda d: any(e["type"] == "speech_end" and e["utterance"] == uid for e in d.events), 10)
+            with client.lock:
+                events = [e for e in client.decoded.events if e.get("utterance") == uid]
+            starts = [e for e in events if e["type"] == "speech_start"]
+            ends = [e for e in events if e["type"] == "speech_end"]
+            late = sum(s["frame"] - e["frame"] for e, s in zip(ends, starts[1:]))
+            row = {"session": k, "i": i, "chars": len(text), "state": state, "audio_s": u.get("audio_seconds"),
+                   "frames": u.get("frames"), "stalls": max(0, len(starts) - 1), "late_frames": int(late),
+                   **u.get("stages", {}), "client_first_frame": None if first is None else round(first - asked, 4),
+                   "client_first_audio": None if heard is None else round(heard - asked, 4)}
+            with lock:
+                rows.append(row)
+            print(json.dumps(row), flush=True)
+        info1, w1 = http(args.client, "GET", f"/sessions/{sid}")[1], time.perf_counter()
+        with client.lock:
+            v1 = len(client.decoded.video)
+        client.close()
+        http(args.client, "DELETE", f"/sessions/{sid}")
+        with lock:
+            summaries.append({"session": k, "clock_fps": round((info1["clock_frame"] - info0["clock_frame"]) / (w1 - w0), 2),
+                              "client_decoded_fps": round((v1 - v0) / (w1 - w0), 2), "seconds": round(w1 - w0, 1),
+                              "client_error": None if client.error is None else repr(client.error)[:200]})
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(args.sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stages = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame",
+              "client_first_audio")
+    done = [r for r in rows if "error" not in r]
+    speech = sum(r["frames"] or 0 for r in done)
+    out = {"utterances": len(done), "done": sum(r["state"] == "done" for r in done),
+           "errors": len(rows) - len(done),
+           "percentiles": {s: percentiles([r.get(s) for r in done]) for s in stages},
+           "speech_frames": speech, "late_frames": sum(r["late_frames"] for r in done),
+           "late_share": round(sum(r["late_frames"] for r in done) / max(1, speech), 4),
+           "utterances_with_stalls": sum(r["stalls"] > 0 for r in done),
+           "clock_fps_min": min((s["clock_fps"] for s in summaries if "clock_fps" in s), default=None),
+           "client_decoded_fps_min": min((s["client_decoded_fps"] for s in summaries if "client_decoded_fps" in s),
+                                         default=None),
+           "sessions_detail": sorted(summaries, key=lambda s: s["session"]), "rows": rows}
+    Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--size", choices=("full", "reduced"), default="full")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--phases", default="1:16,8:104", help="SESSIONS:UTTERANCES,... run one after another")
+    parser.add_argument("--face", default=str(ROOT.parent / "shared" / "data" / "image" / "face_01_female.jpg"))
+    parser.add_argument("--face-models", default=os.environ.get("DIGITAL_HUMAN_MODELS", str(ROOT.parent / "models"))
+                        + "/face")
+    parser.add_argument("--work", default="/tmp/gpu_live")
+    parser.add_argument("--budget-s", type=float, default=0.0, help="start no phase, and no utterance, past this "
+                        "many seconds of measuring (0 = no limit); the report says what was measured")
+    parser.add_argument("--commit", default=os.environ.get("DH_COMMIT", ""))
+    parser.add_argument("--state", default="", help="CosyVoice 2 speaker state (.npz from --save-state, made where "
+                        "librosa is installed: the GPU machine has none)")
+    parser.add_argument("--save-state", default="", help="write the speaker state of the --size release and stop")
+    # client process
+    parser.add_argument("--client", help=argparse.SUPPRESS)
+    parser.add_argument("--sessions", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--utterances", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--deadline-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client:
+        client_main(args)
+    elif args.save_state:
+        save_state(args)
+    else:
+        server_main(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Live mode's first TTS piece is short: Kokoro's first sentence is cut after a few words (at a clause mark or
+before a phrase), CosyVoice 2's live stream vocodes its first piece after FIRST_HOP_TOKENS speech tokens
+(random-weight reduced release: the plumbing and the lengths, not the voice)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from digital_human.text.chunking import (PAUSE_CLAUSE_S, PAUSE_WORD_S, TextChunk, split_first_piece,
+                                         split_sentences)
+
+
+def _texts(text):
+    return [(c.text, c.pause_after_s) for c in split_first_piece(split_sentences(text))]
+
+
+def test_short_first_sentences_stay_whole():
+    for text in ("Hello.", "Yes, of course.", "Thank you for waiting.", "I can help you with that. Let me check."):
+        assert _texts(text)[0][0] == split_sentences(text)[0].text
+
+
+def test_long_first_sentence_cut_at_a_clause_then_a_phrase_then_words():
+    # a clause mark with at least three words before it
+    assert _texts("Of all the options, the yearly plan is the cheapest one for you.")[0] == (
+        "Of all the options,", PAUSE_CLAUSE_S)
+    # no clause mark: before a preposition or conjunction
+    assert _texts("The package will arrive on Monday morning.") == [
+        ("The package will arrive", PAUSE_WORD_S), ("on Monday morning.", 0.0)]
+    # neither: after max_words - 2 words, and the rest keeps the sentence's pause
+    got = _texts("Unfortunately the delivery scheduled yesterday evening could not be completed. Sorry.")
+    assert got[0] == ("Unfortunately the delivery scheduled", PAUSE_WORD_S)
+    assert got[1][0] == "yesterday evening could not be completed." and got[1][1] > 0 and got[2][0] == "Sorry."
+
+
+def test_cut_keeps_enough_words_on_both_sides_and_every_word():
+    for n in range(1, 30):
+        text = " ".join(f"w{i}" for i in range(n)) + "."
+        pieces = split_first_piece([TextChunk(text, 0.0)])
+        assert " ".join(p.text for p in pieces) == text
+        if len(pieces) == 2:
+            assert all(len(p.text.split()) >= 3 for p in pieces) and len(pieces[0].text.split()) <= 6
+        else:
+            assert n <= 6
+
+
+def test_chinese_first_sentence_cut_at_a_clause_mark():
+    text = "您好，您订购的商品已经发货了，预计周一上午送达。"
+    pieces = split_first_piece(split_sentences(text))
+    assert [p.text for p in pieces] == ["您好，您订购的商品已经发货了，", "预计周一上午送达。"]
+
+
+# --- CosyVoice 2's live stream -------------------------------------------------------------------------------
+FIXTURE = Path(__file__).parent / "fixtures" / "cosyvoice" / "reduced.npz"
+
+
+@pytest.fixture(scope="module")
+def cosyvoice(tmp_path_factory, data_dir):
+    pytest.importorskip("transformers", reason="CosyVoice 2 needs the optional extra: pip install .[cosyvoice]")
+    from digital_human.audio import load_reference
+    from digital_human.engines.cosyvoice.engine import CosyVoice2Engine
+    from digital_human.engines.cosyvoice.parity import write_release_from_fixture
+    from digital_human.voice.speaker import SpeakerProfile
+
+    data = dict(np.load(FIXTURE, allow_pickle=False))
+    engine = CosyVoice2Engine(write_release_from_fixture(data, tmp_path_factory.mktemp("cv2live") / "CosyVoice2-0.5B"))
+    prepared = load_reference(data_dir / "audio" / "spk_en_male_01.wav", max_seconds=7)
+    base = SpeakerProfile(embedding=np.ones(256, np.float32) / 16, segment_embeddings=np.zeros((0, 256), np.float32),
+                          content_hash="x", speech_seconds=prepared.speech_seconds, name="male01")
+    return engine, engine.prepare_speaker(prepared, "Hello there, this is my voice.", base)
+
+
+def test_cosyvoice_live_stream_first_piece_after_first_hop(cosyvoice):
+    import torch
+
+    from digital_human.engines.cosyvoice.engine import FIRST_HOP_TOKENS, STREAM_HOP_TOKENS
+    from digital_human.pipeline.live.voice import LiveVoice
+
+    torch.set_num_threads(2)
+    engine, speaker = cosyvoice
+    rt, state, text = engine.runtime(), engine._state(speaker), "Hello there, how are you today?"
+    limits = lambda _text: {"min_tokens": 40, "max_tokens": 40}  # noqa: E731 - random weights draw no sensible stop
+
+    def tokens(seed):  # the LM's tokens for a seed (live_stream draws with the same generator)
+        x = rt._inputs(rt.text_ids(text), state)
+        return len(list(rt._tokens(x, torch.Generator().manual_seed(seed), **limits(text))))
+
+    # this reduced vocabulary may draw an (unbanned) stop token early: a seed whose 40 tokens all come
+    seed = next((s for s in range(20) if tokens(s) == 40), None)
+    assert seed is not None, "no seed of 20 gave 40 tokens"
+    sizes = [p.size for p in engine.live_stream(text, speaker, seed=seed, limits=limits)]
+    spt = sum(sizes) // 40  # samples per speech token (the release's 960; this reduced vocoder's own)
+    assert sum(sizes) == 40 * spt
+    assert sizes[0] == FIRST_HOP_TOKENS * spt  # the first piece: 8 tokens' audio, made after 8 + lookahead tokens
+    assert sizes[1] == STREAM_HOP_TOKENS * spt and len(sizes) == 3
+    # the same audio length as the offline call of the same seed (the pieces join to about speak's waveform)
+    offline, n = rt.speak(rt.text_ids(text), state, torch.Generator().manual_seed(seed), **limits(text))
+    assert n == 40 and offline.size == sum(sizes)
+    voice = LiveVoice(engine, speaker, token_limits=limits)
+    voice.warm()
+    assert voice.prepared == {"flow_graphs": 0, "lm_graph": 0}  # the CPU path has no CUDA graphs to capture ahead
+    first = next(iter(voice.pieces(text)))  # seed 0: its own length, cut at the first hop when it gets there
+    assert first.wave.size == (FIRST_HOP_TOKENS * spt if tokens(0) >= FIRST_HOP_TOKENS + 3 else tokens(0) * spt)
+
+
+def test_flow_graphs_captured_ahead_so_none_is_captured_while_serving(cosyvoice, monkeypatch, caplog):
+    """Live mode captures the flow's CUDA graphs at warm-up (FastCFM.prepare) for every length bucket a chunk may
+    need: a capture while other sessions use the GPU failed on an H200 ("operation not permitted when stream is
+    capturing"). The CPU has no CUDA graphs: the capture is replaced by a stand-in that records the same calls."""
+    import torch
+
+    from digital_human.engines.cosyvoice import flow as fl
+
+    def capture(run, device):  # a "graph": its output tensor, refilled by each replay
+        out = run()
+        return (lambda: out.copy_(run())), out
+
+    monkeypatch.setattr(fl, "_capture", capture)
+    engine, _ = cosyvoice
+    flow = engine.runtime().models.flow
+    solver = fl.FastCFM(flow.decoder, torch.float32, bucket=16, cuda_graph=True, max_graphs=2)
+    steps, dim = flow.cfg.timesteps, flow.spk_embed_affine_layer.out_features
+    assert solver.prepare(40, steps, dim) == 3 and solver.captures == 3  # buckets 16, 32, 48 all kept
+    g = torch.Generator().manual_seed(0)
+    for frames in (10, 33, 48):
+        mu, cond = torch.randn(1, fl.MEL_BINS, frames, generator=g), torch.randn(1, fl.MEL_BINS, frames, generator=g)
+        mask, spks = torch.ones(1, 1, frames), torch.randn(1, dim, generator=g)
+        got = solver(mu, mask, spks, cond, steps=steps)
+        padded = -(-frames // 16) * 16
+        pad = lambda y: torch.nn.functional.pad(y, (0, padded - frames))  # noqa: E731
+        want = fl.solve_ode(solver.estimator, solver.noise[:, :, :padded].to(mu), pad(mu), pad(mask), spks, pad(cond),
+                            steps, solver.cfg_rate)[:, :, :frames]
+        torch.testing.assert_close(got, want)
+    assert solver.captures == 3  # served from the graphs made ahead
+    with caplog.at_level("WARNING", logger="digital_human.cosyvoice"):
+        solver(torch.zeros(1, fl.MEL_BINS, 60), torch.ones(1, 1, 60), torch.zeros(1, dim), torch.zeros(1, fl.MEL_BINS, 60),
+               steps=steps)
+    assert solver.captures == 4 and "longer than the 48 frames prepared" in caplog.text
+
+
+def test_cosyvoice_live_stream_puts_a_pause_before_the_next_chunk_not_alone(cosyvoice):
+    """A pause between text chunks leads the next chunk's first piece: a piece of pure silence is no speech for a
+    talking head (MuseTalk refuses it: utterances failed on an H200 run before this)."""
+    engine, speaker = cosyvoice
+    limits = lambda _text: {"min_tokens": 12, "max_tokens": 12}  # noqa: E731
+    pieces = list(engine.live_stream("Good morning to you. How are you doing today?", speaker, limits=limits))
+    pause = int(round(0.35 * 24000))  # text/chunking's sentence pause at 24 kHz
+    assert all(float(np.abs(p).max()) >= 1e-4 for p in pieces)  # never silence alone
+    assert sum(p.size > pause and not np.any(p[:pause]) for p in pieces[1:]) == 1
