@@ -305,12 +305,7 @@ def client_main(args: argparse.Namespace) -> None:
                 if state in ("done", "interrupted", "failed"):
                     break
                 time.sleep(0.05)
-            client.wait_for(lambda d: any(e["type"] == "speech_end" and e["utterance"] == uid for e in d.events), 10)
-            with client.lock:
-                events = [e for e in client.decoded.events if e.get("utterance") == uid]
-            starts = [e for e in events if e["type"] == "speech_start"]
-            ends = [e for e in events if e["type"] == "speech_end"]
-            late = sum(s["frame"] - e["frame"] for e, s in zip(ends, starts[1:]))
+            starts, _, late = client.speech_marks(uid)
             row = {"session": k, "i": i, "chars": len(text), "state": state, "audio_s": u.get("audio_seconds"),
                    "frames": u.get("frames"), "stalls": max(0, len(starts) - 1), "late_frames": int(late),
                    **u.get("stages", {}), "client_first_frame": None if first is None else round(first - asked, 4),

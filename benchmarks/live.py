@@ -98,11 +98,7 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
         while utterance.state not in ("done", "interrupted", "failed") and time.perf_counter() < end:
             time.sleep(0.02)
         # the stream's record of this utterance, then its first decoded frame at the client
-        client.wait_for(lambda d: any(e["type"] == "speech_end" and e["utterance"] == uid for e in d.events), 10)
-        with client.lock:
-            events = [e for e in client.decoded.events if e.get("utterance") == uid]
-        starts = [e for e in events if e["type"] == "speech_start"]
-        ends = [e for e in events if e["type"] == "speech_end"]
+        starts, _, late = client.speech_marks(uid)  # late: idle frames inside the speech
         first_shown = first_heard = None
         if starts:
             t0 = starts[0]["t"]
@@ -113,7 +109,6 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
                 # the decoded audio block that holds the speech's first sample (AAC's encoder and decoder delay)
                 first_heard = min((arrival for t, arrival, pcm in client.decoded.audio
                                    if t + len(pcm) / manager.voice.rate > t0 + 1e-3), default=None)
-        late = sum(s["frame"] - e["frame"] for e, s in zip(ends, starts[1:]))  # idle frames inside the speech
         rows.append({"i": i, "chars": len(text), "state": utterance.state, "audio_s": round(utterance.audio_seconds, 3),
                      "frames": utterance.frames, "stalls": max(0, len(starts) - 1), "late_frames": int(late),
                      **{k: round(v, 4) for k, v in utterance.times.items()},

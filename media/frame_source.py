@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .ffmpeg_tools import base_args, drain_stderr, passthrough_args, stderr_tail
+from .kept_arrays import KeptArrays
 from .probe import ProbeError, _read_exact, probe_media
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
@@ -42,41 +43,8 @@ KEPT_FRAMES_BYTES = int(float(os.environ.get("DIGITAL_HUMAN_KEPT_FRAMES_MB", "25
 _DIGEST_BLOCK = 8 * 2**20
 
 
-class _KeptFrames:
-    """Process-wide LRU of read-only decoded frames by (file content, size, index), bounded by KEPT_FRAMES_BYTES
-    (read at every put, so a changed limit applies at once)."""
-
-    def __init__(self) -> None:
-        self.items: OrderedDict[tuple, np.ndarray] = OrderedDict()
-        self.bytes = 0
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple) -> np.ndarray | None:
-        with self.lock:
-            hit = self.items.get(key)
-            if hit is not None:
-                self.items.move_to_end(key)
-            return hit
-
-    def put(self, key: tuple, frame: np.ndarray) -> None:
-        limit = KEPT_FRAMES_BYTES
-        with self.lock:
-            old = self.items.pop(key, None)
-            if old is not None:
-                self.bytes -= old.nbytes
-            if frame.nbytes <= limit:
-                self.items[key] = frame
-                self.bytes += frame.nbytes
-            while self.bytes > limit and self.items:
-                self.bytes -= self.items.popitem(last=False)[1].nbytes
-
-    def clear(self) -> None:
-        with self.lock:
-            self.items.clear()
-            self.bytes = 0
-
-
-_KEPT = _KeptFrames()
+# the limit is read at every put (tests and DIGITAL_HUMAN_KEPT_FRAMES_MB change it)
+_KEPT = KeptArrays(lambda: KEPT_FRAMES_BYTES)
 
 
 def clear_kept_frames() -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from digital_human.media.kept_arrays import KeptArrays
 from digital_human.talking_head import render_video
 from digital_human.talking_head.wav2lip import crops as w2l
 from digital_human.vision.align import align_faces
@@ -115,7 +116,7 @@ def test_frames_in_memory_are_not_kept_and_other_boxes_miss(inputs, models, coun
 
 
 def test_kept_arrays_are_bounded_and_read_only():
-    kept = w2l._KeptArrays(3 * 96 * 96 * 3)
+    kept = KeptArrays(3 * 96 * 96 * 3)
     for i in range(5):
         kept.put(str(i), np.full((96, 96, 3), i, np.uint8))
     assert list(kept.items) == ["2", "3", "4"] and kept.bytes == 3 * 96 * 96 * 3

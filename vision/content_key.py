@@ -19,22 +19,14 @@ from __future__ import annotations
 import hashlib
 import threading
 import weakref
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-_BLOCK = 8 * 2**20
+from ..media.frame_source import file_digest
+
 _MEMO: dict[int, tuple[Any, str]] = {}  # id(frames) -> (weak reference, key)
 _LOCK = threading.Lock()
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=20)
-    with open(path, "rb") as f:
-        while block := f.read(_BLOCK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _compute(frames: Any) -> str | None:
@@ -44,7 +36,7 @@ def _compute(frames: Any) -> str | None:
         return None
     try:  # VideoFrames hashes its file once (its kept decoded frames use the same digest)
         own = getattr(frames, "content_digest", None)
-        digest = own() if callable(own) else _file_digest(Path(path))
+        digest = own() if callable(own) else file_digest(path)
     except OSError:
         return None
     return f"video:{digest}:{tuple(int(s) for s in shape)}"

@@ -171,6 +171,19 @@ class LiveClient:
             time.sleep(0.01)
         return False
 
+    def speech_marks(self, utterance: int, timeout: float = 10.0) -> tuple[list[dict], list[dict], int]:
+        """The stream's speech_start / speech_end events of one utterance, once its speech_end arrived (or after
+        `timeout`), and the idle frames inside its speech (the ticks the clock showed idle between a speech_end
+        and the next speech_start: the talking head or the TTS was late)."""
+        self.wait_for(lambda d: any(e["type"] == "speech_end" and e["utterance"] == utterance for e in d.events),
+                      timeout)
+        with self.lock:
+            events = [e for e in self.decoded.events if e.get("utterance") == utterance]
+        starts = [e for e in events if e["type"] == "speech_start"]
+        ends = [e for e in events if e["type"] == "speech_end"]
+        late = sum(s["frame"] - e["frame"] for e, s in zip(ends, starts[1:]))
+        return starts, ends, int(late)
+
     def close(self) -> None:
         if self._closing is not None:
             self._loop.call_soon_threadsafe(self._closing.set)

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ...engines.wav2lip.files import LICENCE_NOTE
+from ...media.kept_arrays import KeptArrays
 from ..driver import (GeneratedCrops, frame_schedule, output_frame_count, reference_warnings, validate_audio,
                       validate_track)
 from .geometry import FACE_SIZE, PADS, box_mask, face_input, out_to_crop, wav2lip_boxes
@@ -46,45 +47,8 @@ _POOL: Any = None
 _POOL_LOCK = threading.Lock()
 
 
-class _KeptArrays:
-    """A process-wide LRU of read-only arrays by string key, bounded in bytes."""
-
-    def __init__(self, limit_bytes: int) -> None:
-        self.limit = limit_bytes
-        self.items: OrderedDict[str, np.ndarray] = OrderedDict()
-        self.bytes = 0
-        self.lock = threading.Lock()
-
-    def get(self, key: str) -> np.ndarray | None:
-        with self.lock:
-            hit = self.items.get(key)
-            if hit is not None:
-                self.items.move_to_end(key)
-            return hit
-
-    def put(self, key: str, value: np.ndarray) -> np.ndarray:
-        value = np.array(value, copy=True) if value.base is not None or not value.flags.c_contiguous else value
-        value.flags.writeable = False  # handed to every later request: never changed in place
-        if value.nbytes > self.limit:
-            return value
-        with self.lock:
-            old = self.items.pop(key, None)
-            if old is not None:
-                self.bytes -= old.nbytes
-            self.items[key] = value
-            self.bytes += value.nbytes
-            while self.bytes > self.limit and self.items:
-                self.bytes -= self.items.popitem(last=False)[1].nbytes
-        return value
-
-    def clear(self) -> None:
-        with self.lock:
-            self.items.clear()
-            self.bytes = 0
-
-
-_KEPT_FACES = _KeptArrays(AVATAR_FACE_BYTES)
-_KEPT_MASKS = _KeptArrays(AVATAR_MASK_BYTES)
+_KEPT_FACES = KeptArrays(AVATAR_FACE_BYTES)
+_KEPT_MASKS = KeptArrays(AVATAR_MASK_BYTES)
 
 
 def clear_avatar_caches() -> None:
