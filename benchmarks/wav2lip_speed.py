@@ -140,6 +140,8 @@ def video_once(face: Path, speech: Path, out: Path, precision: str, preset: str 
     return {"wall_s": wall, "process_cpu_s": cpu, "children_cpu_s": children, "total_cpu_s": cpu + children,
             "frames": result.mux.frames_written, "audio_s": np.asarray(wave).shape[-1] / rate,
             "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
+            # what stays allocated after the request: growth across repeat requests is a leak, not a peak
+            "allocated_after_mb": round(torch.cuda.memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
             "kept_frames_mb": round(getattr(frame_source, "kept_frames_bytes", lambda: 0)() / 2**20, 1),
             "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "stages": {k: round(v, 4) for k, v in timer.seconds.items()},
