@@ -127,3 +127,32 @@ def test_compiled_regions_equal_eager(release):
     assert n == sum(len(b.resnets) + len(getattr(b, "attentions", None) or ())
                     for b in [*unet.down_blocks, unet.mid_block, *unet.up_blocks])
     assert (compiled - eager).abs().max() <= 1e-4 * eager.abs().max()
+
+
+def test_fast_path_frames_equal_eager(release):
+    """accelerate.fast_path (channels_last UNet and VAE, compiled UNet regions and decoder) gives the eager
+    frames; the compiled decoder keeps one shape: a call of fewer whole chunks is padded, the short last chunk
+    runs eager."""
+    pytest.importorskip("torch._inductor")
+    import copy
+
+    from digital_human.engines.sonic.accelerate import fast_path
+    from digital_human.talking_head.sonic.pipeline import SonicFrames, SonicLatents, SonicSettings
+
+    nets, framing, wave = release
+    fast = copy.deepcopy(nets)
+    settings = SonicSettings(steps=1, resolution=64, decode_batch=2)
+    with torch.no_grad():
+        eager = SonicFrames(SonicLatents(nets, framing, wave, settings))
+        a = eager.block(0, eager.count)
+        try:
+            done = fast_path(fast)
+            made = SonicFrames(SonicLatents(fast, framing, wave, settings))
+            b = made.block(0, made.count)
+        except Exception as exc:  # no C++ compiler for inductor's CPU code on this machine
+            pytest.skip(f"torch.compile unavailable here: {exc!r}"[:200])
+    assert done == ["UNet channels_last", "UNet compiled", "VAE decoder channels_last", "VAE decoder compiled"]
+    assert fast_path(fast) == []  # idempotent
+    # 28 model frames: chunks 8+8 (compiled shape), 8 padded to 16, the last 4 eager
+    assert fast.vae._sonic_decode_shape[0][0] == 16
+    assert a.shape == b.shape and (a - b).abs().max() <= 1e-4

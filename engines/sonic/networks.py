@@ -147,7 +147,10 @@ def sonic_transformer_forward(module, hidden_states, context, audio, mask, image
         hidden_states = module.time_mixer(x_spatial=hidden_states, x_temporal=mixed,
                                           image_only_indicator=image_only_indicator)
     hidden_states = module.proj_out(hidden_states)
-    hidden_states = hidden_states.reshape(batch_frames, height, width, inner_dim).permute(0, 3, 1, 2).contiguous()
+    hidden_states = hidden_states.reshape(batch_frames, height, width, inner_dim).permute(0, 3, 1, 2)
+    # back in the residual's layout: NCHW needs a copy, channels_last (accelerate.channels_last) is this view already
+    nhwc = residual.is_contiguous(memory_format=torch.channels_last) and not residual.is_contiguous()
+    hidden_states = hidden_states.contiguous(memory_format=torch.channels_last if nhwc else torch.contiguous_format)
     return hidden_states + residual
 
 

@@ -96,13 +96,16 @@ def sonic_frames(faces: Any, wave: Any, rate: int, fps: float, *, backend: str =
                              # so the compiled shapes do not depend on the clip's length (H200: 0.27 s a window
                              # either way, benchmarks/RESULTS_sonic.md)
                              window_batch=1 if (compile_unet and device == "cuda") else 0,
-                             decode_batch=0)  # several 8-frame VAE chunks a call as far as it has room
+                             # several 8-frame VAE chunks a call as far as it has room; compiled: always four
+                             # (the compiled decoder's one shape), vram low: one
+                             decode_batch=(1 if vram == "low" else 4) if (compile_unet and device == "cuda") else 0)
     if compile_unet and device == "cuda":
-        from ...engines.sonic.accelerate import compile_regions
+        from ...engines.sonic.accelerate import fast_path
 
-        if compile_regions(nets.unet):
-            warnings.append("sonic: the UNet's blocks are compiled on this first run (torch.compile; minutes once "
-                            "per process and shape); later runs reuse them")
+        done = fast_path(nets, decoder=vram != "low")
+        if done:
+            warnings.append(f"sonic fast path ({', '.join(done)}): compiled on this first run (torch.compile; "
+                            "minutes once per process and shape); later runs reuse it")
     elif compile_unet:
         warnings.append("sonic: the fast path (compiled UNet) applies on CUDA only; running eager")
     latents = SonicLatents(nets, framing, resample_to_16k(audio, rate), settings, progress=progress,

@@ -17,6 +17,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ...engines.sonic.accelerate import decode
+
 STEP = 2                  # a video frame every 2 whisper-feature hops of 640 samples: 12.5 fps
 WINDOW_FRAMES = 25        # frames per denoised window (n_sample_frames)
 SHIFT_OFFSET = 7          # the windows move 7 frames a step so their seams never stay in place
@@ -275,11 +277,14 @@ class SonicLatents:
         if chunk not in self._decoded:
             lat_all = self.run()[0]
             full = lat_all.shape[0] // DECODE_CHUNK  # chunks of 8 (a shorter last one is decoded alone)
-            take = max(1, min(self._decode_batch(), full - chunk)) if chunk < full else 1
+            batch = self._decode_batch()
+            take = max(1, min(batch, full - chunk)) if chunk < full else 1
             lat = lat_all[chunk * DECODE_CHUNK:(chunk + take) * DECODE_CHUNK]
             vae = self.nets.vae
             with _gpu_flags(self.settings):
-                out = vae.decode(lat / vae.config.scaling_factor, num_frames=min(DECODE_CHUNK, lat.shape[0])).sample
+                # a compiled decoder (accelerate.fast_path) sees one shape: full calls padded to `batch` chunks
+                out = decode(vae, lat / vae.config.scaling_factor, min(DECODE_CHUNK, lat.shape[0]),
+                             frames_per_call=batch * DECODE_CHUNK if chunk < full else 0)
             out = (out.float() * 0.5 + 0.5).clamp(0, 1)
             for old in [k for k in self._decoded if k < chunk - take]:
                 del self._decoded[old]  # frames are asked for in order: keep the last call's chunks and this one's
