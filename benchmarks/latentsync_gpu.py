@@ -15,7 +15,12 @@ seconds give the frames/s (median of the windows, and of `--repeats` such runs f
 
 Sections, each written to the JSON as it finishes (a later failure keeps the earlier figures):
 - levers: one UNet step (the CFG batch of 2 x 16 frames) eager FP16 as is / with cudnn.benchmark / with
-  channels-last weights / BF16, and the eager step's top CUDA kernels (torch.profiler);
+  channels-last weights / with each SDPA backend tried first / BF16, and the eager step's CUDA kernels
+  (torch.profiler) grouped by kind (conv, gemm, attention, norm, elementwise, copies);
+- attn: every attention call of one step (spatial self, audio cross, motion-module temporal), in the modules'
+  own q/k/v layout, timed alone under torch's default SDPA choice and each backend forced;
+- profile (after fast): the compiled UNet step, encoder moments and decoder timed alone and their kernels
+  grouped by kind;
 - reference, pack eager, pack fast path: frames/s, peak GPU memory, the largest difference of the outputs on
   the same draws; FP16 noise: the pack's eager FP32 window (TF32 off) against its FP16 one, the yardstick for
   "equal within FP16 noise";
@@ -28,8 +33,8 @@ Sections, each written to the JSON as it finishes (a later failure keeps the ear
   through GeneratedCrops.chunk in 64-frame chunks as the video renderer does; the paste-back and the encoder are
   not run (no PyAV on the device). The networks are this script's (full-size random weights) with a full-size
   random whisper tiny; a reduced release on disk only satisfies the file check;
-- graph (last: a failed capture can leave the CUDA context unusable): the fast path's UNet step called vs
-  replayed from a CUDA graph (does launching still cost anything at this size?).
+- graph (after memory: a failed capture can leave the CUDA context unusable): the fast path's UNet step called
+  vs replayed from a CUDA graph (does launching still cost anything at this size?).
 
   python benchmarks/latentsync_gpu.py --ref <copy of bytedance/LatentSync> --out results.json
   python benchmarks/latentsync_gpu.py --smoke --ref <ref> --out /tmp/x.json   (CPU, reduced, checks the script)
@@ -112,13 +117,106 @@ def _diff(a: list, b: list) -> dict:
     return {"max_abs": mx, "mean_abs": mean, "max_levels": mx * 127.5, "mean_levels": mean * 127.5}
 
 
+KERNEL_GROUPS = ("attention", "conv", "gemm", "norm (fused reductions)", "elementwise (fused)", "copies/layout",
+                 "elementwise (aten)", "other")
+
+
+def kernel_group(name: str) -> str:
+    """A CUDA kernel's group by its name (cuDNN/cuBLAS/flash/inductor Triton naming)."""
+    n = name.lower()
+    if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "attn")):
+        return "attention"
+    if any(k in n for k in ("fprop", "conv", "implicit_gemm", "dgrad", "wgrad", "winograd")):
+        return "conv"
+    if any(k in n for k in ("gemm", "nvjet", "cutlass", "cublas", "sm90_xmma", "triton_tem", "mm_")):
+        return "gemm"
+    if n.startswith("triton_red") or n.startswith("triton_per"):
+        return "norm (fused reductions)" if any(k in n for k in ("norm", "var_mean", "mean")) else "other"
+    if n.startswith("triton_poi"):
+        rest = n.split("fused_", 1)[-1]
+        layout = {"clone", "copy", "permute", "cat", "view", "reshape", "transpose", "expand", "0", "1", "2", "3",
+                  "4", "5", "6", "7", "8", "9", "convolution", "unsqueeze"}
+        parts = [x for x in rest.split("_") if x]
+        return "copies/layout" if parts and all(x in layout for x in parts) else "elementwise (fused)"
+    if any(k in n for k in ("copy", "memcpy", "memset", "cat_", "catarray")):
+        return "copies/layout"
+    if any(k in n for k in ("group_norm", "layer_norm", "groupnorm", "layernorm", "welford", "rowwisemoments")):
+        return "norm (fused reductions)"
+    if any(k in n for k in ("elementwise", "vectorized", "unrolled", "reduce_kernel", "softmax")):
+        return "elementwise (aten)"
+    return "other"
+
+
+def profile_table(fn, steps: int = 1) -> dict:
+    """torch.profiler CUDA kernel times of `steps` calls of fn: per group, and the top kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        _sync()
+    groups: dict = {g: {"ms": 0.0, "kernels": 0} for g in KERNEL_GROUPS}
+    top = []
+    for e in prof.key_averages():
+        if e.device_time_total <= 0 or e.key.startswith("aten::") or e.key.startswith("cuda"):
+            continue
+        g = kernel_group(e.key)
+        groups[g]["ms"] += e.device_time_total / 1000 / steps
+        groups[g]["kernels"] += e.count // steps
+        top.append({"kernel": e.key[:100], "group": g, "ms": e.device_time_total / 1000 / steps,
+                    "calls": e.count // steps})
+    total = sum(v["ms"] for v in groups.values())
+    for v in groups.values():
+        v["share"] = v["ms"] / total if total else 0.0
+    top.sort(key=lambda r: r["ms"], reverse=True)
+    return {"total_kernel_ms": total, "groups": groups, "top": top[:25]}
+
+
+def record_attention_calls(unet, call) -> list[dict]:
+    """Every scaled_dot_product_attention call of one UNet step: kind (spatial self / audio cross / temporal, from
+    the calling module), level, q/k/v shapes and strides (the layout the modules hand to SDPA)."""
+    from digital_human.engines.latentsync import unet as U
+
+    kinds: dict = {}
+    for name, mod in unet.named_modules():
+        if isinstance(mod, U.TemporalAttention):
+            kinds[id(mod)] = "temporal (motion module)"
+        elif name.endswith("attn2"):
+            kinds[id(mod)] = "audio cross"
+        elif name.endswith("attn1"):
+            kinds[id(mod)] = "spatial self"
+    current: list = []
+    calls: list = []
+    real = U.F.scaled_dot_product_attention
+
+    def rec(q, k, v, *a, **kw):
+        calls.append({"kind": current[-1] if current else "?", "q": list(q.shape), "k": list(k.shape),
+                      "q_stride": list(q.stride()), "k_stride": list(k.stride()), "v_stride": list(v.stride())})
+        return real(q, k, v, *a, **kw)
+
+    hooks = []
+    for mod in unet.modules():
+        if id(mod) in kinds:
+            hooks.append(mod.register_forward_pre_hook(lambda m, a, k=kinds[id(mod)]: current.append(k)))
+            hooks.append(mod.register_forward_hook(lambda m, a, o: current.pop() and None))
+    U.F.scaled_dot_product_attention = rec
+    try:
+        with torch.no_grad():
+            call()
+    finally:
+        U.F.scaled_dot_product_attention = real
+        for h in hooks:
+            h.remove()
+    return calls
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ref", type=Path, required=True)
     ap.add_argument("--windows", type=int, default=3, help="windows per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of the fast path")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--sections", default="levers,reference,eager,fp32,fast,memory,deepcache,graph")
+    ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,fast,profile,memory,deepcache,graph")
     ap.add_argument("--deepcache", default="3,2", help="cache intervals of the DeepCache-style section")
     ap.add_argument("--memory-steps", type=int, default=1)
     ap.add_argument("--memory-seconds", default="10,60")
@@ -222,8 +320,19 @@ def main() -> None:
             _sync()
         return (time.perf_counter() - t) / n * 1000
 
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    SDPA = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+
+    def prefer(first: str):
+        """SDPA's backends with `first` tried first (the others after it, in torch's order)."""
+        order = [SDPA[first]] + [b for k, b in SDPA.items() if k != first]
+        return sdpa_kernel(order, set_priority=True)
+
     @section("levers")
     def _levers():
+        """One eager UNet step (the CFG batch of 2 x 16 frames) under each lever, and its kernel profile."""
         lv = {}
         torch.backends.cudnn.benchmark = False
         lv["eager_fp16_ms"] = time_step(unet)
@@ -231,6 +340,12 @@ def main() -> None:
         lv["eager_fp16_cudnn_benchmark_ms"] = time_step(unet, warm=3)
         unet.to(memory_format=torch.channels_last)
         lv["eager_fp16_channels_last_cudnn_benchmark_ms"] = time_step(unet, warm=3)
+        for first in ("cudnn", "efficient", "flash"):
+            try:
+                with prefer(first):
+                    lv[f"eager_fp16_channels_last_cudnn_benchmark_sdpa_{first}_first_ms"] = time_step(unet, warm=2)
+            except Exception as exc:  # a backend that cannot run these shapes
+                lv[f"eager_fp16_channels_last_cudnn_benchmark_sdpa_{first}_first_ms"] = f"{type(exc).__name__}: {exc}"[:200]
         unet.to(memory_format=torch.contiguous_format)
         rep["levers"] = lv
         save()
@@ -240,16 +355,61 @@ def main() -> None:
         del ub
         torch.backends.cudnn.benchmark = False
         if not args.smoke:
-            from torch.profiler import ProfilerActivity, profile
+            rep["profile_eager_step"] = profile_table(lambda: unet(x_step, t_step, a_step, uncond_rows=1, emb=emb_step))
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
-            with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-                unet(x_step, t_step, a_step, uncond_rows=1, emb=emb_step)
-                _sync()
-            rows = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)
-            total = sum(e.device_time_total for e in rows if e.device_time_total > 0 and not e.key.startswith("aten::"))
-            rep["levers_profile"] = [{"kernel": e.key[:90], "ms": e.device_time_total / 1000, "calls": e.count}
-                                     for e in rows[:20]]
-            lv["profile_kernel_ms_total"] = total / 1000
+    @section("attn")
+    def _attn():
+        """Each attention call of one step, grouped by kind and shape, in the modules' own q/k/v layout, timed
+        alone under torch's default SDPA choice and with each backend forced (the compiled step calls the same
+        aten kernels: inductor does not generate attention)."""
+        calls = record_attention_calls(unet, lambda: unet(x_step, t_step, a_step, uncond_rows=1, emb=emb_step))
+        groups: dict = {}
+        for c in calls:
+            key = json.dumps([c["kind"], c["q"], c["k"], c["q_stride"], c["k_stride"], c["v_stride"]])
+            groups.setdefault(key, dict(c, count=0))["count"] += 1
+        rows = []
+        for g in groups.values():
+            def make(shape, stride):
+                return torch.empty_strided(shape, stride, device=dev, dtype=dt).normal_()
+
+            q, k, v = make(g["q"], g["q_stride"]), make(g["k"], g["k_stride"]), make(g["k"], g["v_stride"])
+            row = dict(g)
+            for name in ("default", "flash", "efficient", "cudnn", "math"):
+                if name == "math" and g["q"][0] * g["q"][1] * g["q"][2] * g["k"][2] * 2 > 2**31:
+                    row[f"{name}_ms"] = "skipped (score matrix > 2 GiB)"
+                    continue
+                try:
+                    ctx = sdpa_kernel([SDPA[name]]) if name != "default" else torch.no_grad()
+                    with ctx, torch.no_grad():
+                        for _ in range(2):
+                            torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                        _sync()
+                        t = time.perf_counter()
+                        for _ in range(5):
+                            torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                        _sync()
+                    row[f"{name}_ms"] = (time.perf_counter() - t) / 5 * 1000
+                except Exception as exc:
+                    row[f"{name}_ms"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+            rows.append(row)
+            del q, k, v
+        per_kind: dict = {}
+        for r in rows:
+            d = per_kind.setdefault(r["kind"], {"calls": 0})
+            d["calls"] += r["count"]
+            for name in ("default", "flash", "efficient", "cudnn", "math"):
+                val = r[f"{name}_ms"]
+                if isinstance(val, float) and d.get(f"{name}_ms_per_step", 0.0) is not None:
+                    d[f"{name}_ms_per_step"] = d.get(f"{name}_ms_per_step", 0.0) + val * r["count"]
+                else:
+                    d[f"{name}_ms_per_step"] = None  # not every shape of this kind ran on this backend
+            ok = [(r[f"{n}_ms"], n) for n in ("flash", "efficient", "cudnn", "math") if isinstance(r[f"{n}_ms"], float)]
+            best = min(ok) if ok else (None, None)
+            r["best"] = best[1]
+            d["best_ms_per_step"] = d.get("best_ms_per_step", 0.0) + (best[0] or 0.0) * r["count"]
+        rep["attention_calls"] = rows
+        rep["attention_per_kind"] = per_kind
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
     # --- the reference -----------------------------------------------------------------------------------
@@ -364,6 +524,11 @@ def main() -> None:
     @section("fast")
     def _fast():
         pipe = LatentSyncPipeline(net, steps=args.steps, compile=True)
+        if args.smoke:  # the CPU check of this script: the fast path's code with its functions left eager
+            from digital_human.engines.latentsync.pipeline import FastPath
+
+            pipe.fast = FastPath(net, 1)
+            pipe.fast.compiled = dict(pipe.fast.eager)
         if pipe.fast is None:
             raise RuntimeError(pipe.compile_note or "no fast path")
         fast_pipe["exact"] = pipe
@@ -397,6 +562,32 @@ def main() -> None:
             rep["fast_vs_reference_first_window"] = _diff(outs["fast"][:1], outs["reference"][:1])
         if "fp32" in outs:
             rep["fast_vs_fp32_first_window"] = _diff(outs["fast"][:1], outs["fp32"])
+
+    def timed_ms(fn, n: int = 5, warm: int = 1) -> float:
+        with torch.no_grad():
+            for _ in range(warm):
+                fn()
+            _sync()
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            _sync()
+        return (time.perf_counter() - t) / n * 1000
+
+    @section("profile")
+    def _profile():
+        """Where a fast-path window's time goes: the compiled UNet step, encoder moments and decoder, each timed
+        alone and profiled (CUDA kernels grouped by kind)."""
+        fast = fast_pipe["exact"].fast
+        px = torch.randn(16, 3, res, res, device=dev, dtype=dt)
+        z = torch.randn(16, 4, lat, lat, device=dev, dtype=dt)
+        fns = {"step": lambda: fast("step", x_step, t_step, a_step, emb_step),
+               "moments": lambda: fast("moments", px), "decode": lambda: fast("decode", z)}
+        rep["fast_parts_ms"] = {k: timed_ms(f) for k, f in fns.items()}
+        save()
+        if not args.smoke:
+            for k, f in fns.items():
+                rep[f"profile_fast_{k}"] = profile_table(f)
 
     @section("memory")
     def _memory():
@@ -440,30 +631,13 @@ def main() -> None:
             rep["memory"] = dict(rows, steps=args.memory_steps, fast_path=fast)
             save()
 
-    @section("deepcache")
-    def _deepcache():
-        for interval in (int(i) for i in args.deepcache.split(",")):
-            pipe = LatentSyncPipeline(net, steps=args.steps, cache_interval=interval, compile=True)
-            t = time.perf_counter()
-            run_pack(pipe, 1)
-            rep[f"deepcache_{interval}_first_window_s"] = time.perf_counter() - t
-            times, o = run_pack(pipe, args.windows)
-            rep[f"deepcache_{interval}_window_s"] = times
-            rep[f"deepcache_{interval}_fps"] = fps(times)
-            if "reference_fps" in rep:
-                rep[f"deepcache_{interval}_speedup"] = rep[f"deepcache_{interval}_fps"] / rep["reference_fps"]
-            if "fast" in outs:
-                rep[f"deepcache_{interval}_vs_exact"] = _diff(o, outs["fast"])
-            save()
-        rep["fast_compile_s_all"] = dict(fast_pipe["exact"].fast.seconds)
-
     @section("graph")
     def _graph():
         """The fast path's UNet step alone, called vs replayed from a CUDA graph."""
         fast = fast_pipe["exact"].fast
 
         def step():
-            return fast("step_keep", x_step, t_step, a_step, emb_step)
+            return fast("step", x_step, t_step, a_step, emb_step)
 
         with torch.no_grad():
             for _ in range(2):
@@ -493,7 +667,24 @@ def main() -> None:
             rep["fast_step_graph_ms"] = (time.perf_counter() - t) / 5 * 1000
             del graph
 
-    del _levers, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
+    @section("deepcache")
+    def _deepcache():
+        for interval in (int(i) for i in args.deepcache.split(",")):
+            pipe = LatentSyncPipeline(net, steps=args.steps, cache_interval=interval, compile=True)
+            t = time.perf_counter()
+            run_pack(pipe, 1)
+            rep[f"deepcache_{interval}_first_window_s"] = time.perf_counter() - t
+            times, o = run_pack(pipe, args.windows)
+            rep[f"deepcache_{interval}_window_s"] = times
+            rep[f"deepcache_{interval}_fps"] = fps(times)
+            if "reference_fps" in rep:
+                rep[f"deepcache_{interval}_speedup"] = rep[f"deepcache_{interval}_fps"] / rep["reference_fps"]
+            if "fast" in outs:
+                rep[f"deepcache_{interval}_vs_exact"] = _diff(o, outs["fast"])
+            save()
+        rep["fast_compile_s_all"] = dict(fast_pipe["exact"].fast.seconds)
+
+    del _levers, _attn, _profile, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
     rep["total_s"] = time.perf_counter() - T0
     save()
 

@@ -197,7 +197,7 @@ class FastPath:
                 self.failed = f"LatentSync compile failed ({type(exc).__name__}: {exc}); running eager"
                 log.warning("[digital_human] %s", self.failed)
             else:
-                if first:
+                if first and torch.cuda.is_available():
                     torch.cuda.synchronize()
                     self.seconds[name] = time.perf_counter() - t0
                 return out
