@@ -249,7 +249,8 @@ def main() -> None:
     def save() -> None:
         rep["elapsed_s"] = time.perf_counter() - T0
         args.out.write_text(json.dumps(rep, indent=2) + "\n")
-        print(json.dumps({k: v for k, v in rep.items() if k != "levers_profile"}), flush=True)
+        print(json.dumps({k: v for k, v in rep.items() if not k.startswith("profile") and k != "attention_calls"}),
+              flush=True)
 
     def section(name: str):
         """Decorator: run the section if asked for and within the budget; record its error and go on."""
