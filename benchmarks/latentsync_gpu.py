@@ -34,7 +34,9 @@ Sections, each written to the JSON as it finishes (a later failure keeps the ear
   not run (no PyAV on the device). The networks are this script's (full-size random weights) with a full-size
   random whisper tiny; a reduced release on disk only satisfies the file check;
 - graph (after memory: a failed capture can leave the CUDA context unusable): the fast path's UNet step called
-  vs replayed from a CUDA graph (does launching still cost anything at this size?).
+  vs replayed from a CUDA graph (does launching still cost anything at this size?);
+- variants (last: it resets dynamo's caches): the compiled UNet step recompiled with another SDPA backend tried
+  first (--variants), timed alone, and its largest difference from the fast path's step.
 
   python benchmarks/latentsync_gpu.py --ref <copy of bytedance/LatentSync> --out results.json
   python benchmarks/latentsync_gpu.py --smoke --ref <ref> --out /tmp/x.json   (CPU, reduced, checks the script)
@@ -216,8 +218,9 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=3, help="windows per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of the fast path")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,fast,profile,memory,deepcache,graph")
+    ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,fast,profile,memory,graph,deepcache,variants")
     ap.add_argument("--deepcache", default="3,2", help="cache intervals of the DeepCache-style section")
+    ap.add_argument("--variants", default="cudnn", help="SDPA backends tried first by the variants section")
     ap.add_argument("--memory-steps", type=int, default=1)
     ap.add_argument("--memory-seconds", default="10,60")
     ap.add_argument("--memory-path", default="fast", choices=["fast", "eager"])
@@ -685,7 +688,36 @@ def main() -> None:
             save()
         rep["fast_compile_s_all"] = dict(fast_pipe["exact"].fast.seconds)
 
-    del _levers, _attn, _profile, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
+    @section("variants")
+    def _variants():
+        """The compiled UNet step recompiled with another SDPA backend tried first (--variants), timed alone
+        against the fast path's, and its output's largest difference (last: it resets dynamo's caches)."""
+        from digital_human.engines.latentsync.pipeline import FastPath
+
+        base = fast_pipe["exact"].fast
+
+        def call(fp):
+            return lambda: fp("step", x_step, t_step, a_step, emb_step)
+
+        with torch.no_grad():
+            base_out = call(base)()[0].float()
+        out = {"fast_step_ms": timed_ms(call(base))}
+        rep["variants"] = out
+        for first in [v for v in args.variants.split(",") if v]:
+            torch._dynamo.reset()
+            fp = FastPath(net, 1, sdpa_first=first)
+            if args.smoke:
+                fp.compiled = dict(fp.eager)
+            t = time.perf_counter()
+            with torch.no_grad():
+                o = call(fp)()[0].float()
+            row = {"compile_s": time.perf_counter() - t, "step_ms": timed_ms(call(fp)),
+                   "max_abs_vs_fast_step": float((o - base_out).abs().max()),
+                   "scale": float(base_out.abs().max()), "failed": fp.failed}
+            out[f"sdpa_{first}_first"] = row
+            save()
+
+    del _levers, _attn, _profile, _variants, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
     rep["total_s"] = time.perf_counter() - T0
     save()
 

@@ -154,10 +154,13 @@ class FastPath:
     """The compiled functions of one Networks (module doc), per classifier-free-guidance mode; compiled lazily
     on first use (a minute or more once per process on an H200), kept on Networks.compiled."""
 
-    def __init__(self, net: Networks, uncond_rows: int):
+    def __init__(self, net: Networks, uncond_rows: int, sdpa_first: str | None = None):
+        """sdpa_first: an SDPA backend ("cudnn", "flash", "efficient", "math") tried first by the compiled
+        functions (baked in when they compile; None = torch's own order)."""
         unet, vae = net.unet, net.vae
         self.seconds: dict[str, float] = {}   # first call of each function (its compilation)
         self.failed: str | None = None
+        self.sdpa_first = sdpa_first
         # channels-last conv weights: cuDNN's NHWC kernels without a transpose per call (inductor keeps the
         # activations NHWC between them); only the 4-D weights change, the results are the same up to rounding
         unet.to(memory_format=torch.channels_last)
@@ -166,9 +169,8 @@ class FastPath:
         torch.backends.cudnn.benchmark = True
 
         def step(x, t, audio, emb):
-            return unet(x, t, audio, uncond_rows=uncond_rows, emb=emb)
-
-        def step_keep(x, t, audio, emb):  # a full step that also returns the DeepCache feature
+            # a full step also returns the DeepCache feature (the input of the last up block): one compiled graph
+            # serves the exact mode and DeepCache's full steps (a second one would cost another minute or more)
             cache: dict = {}
             out = unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache=cache)
             return out, cache["x"]
@@ -183,8 +185,7 @@ class FastPath:
         def decode(z):
             return vae.decode(z).sample
 
-        self.eager = {"step": step, "step_keep": step_keep, "step_reuse": step_reuse, "moments": moments,
-                      "decode": decode}
+        self.eager = {"step": step, "step_reuse": step_reuse, "moments": moments, "decode": decode}
         self.compiled = {k: torch.compile(fn, dynamic=False) for k, fn in self.eager.items()}
 
     def __call__(self, name: str, *args: Any) -> Any:
@@ -192,7 +193,8 @@ class FastPath:
             first = name not in self.seconds
             t0 = time.perf_counter()
             try:
-                out = self.compiled[name](*args)
+                with self._sdpa():
+                    out = self.compiled[name](*args)
             except Exception as exc:  # a compiler failure must not cost the video: announced, then eager
                 self.failed = f"LatentSync compile failed ({type(exc).__name__}: {exc}); running eager"
                 log.warning("[digital_human] %s", self.failed)
@@ -202,6 +204,19 @@ class FastPath:
                     self.seconds[name] = time.perf_counter() - t0
                 return out
         return self.eager[name](*args)
+
+
+    def _sdpa(self):
+        import contextlib
+
+        if self.sdpa_first is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        names = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+        first = names[self.sdpa_first]
+        return sdpa_kernel([first] + [b for b in names.values() if b != first], set_priority=True)
 
 
 def fast_path(net: Networks, cfg: bool) -> FastPath:
@@ -280,11 +295,11 @@ class LatentSyncPipeline:
               emb: torch.Tensor, cache: dict | None, reuse: bool, cfg: bool) -> torch.Tensor:
         if fast is None:
             return self.net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=emb, deep_cache=cache, reuse=reuse)
-        if cache is None:
-            return fast("step", x, t, audio, emb)
         if reuse:
             return fast("step_reuse", x, t, audio, emb, cache["x"])
-        out, cache["x"] = fast("step_keep", x, t, audio, emb)
+        out, feat = fast("step", x, t, audio, emb)
+        if cache is not None:
+            cache["x"] = feat
         return out
 
     @torch.no_grad()
