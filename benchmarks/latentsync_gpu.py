@@ -218,10 +218,11 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=3, help="windows per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of the fast path")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,fast,profile,memory,graph,deepcache,variants")
+    ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,fast,profile,whole,memory,graph,deepcache,variants")
     ap.add_argument("--deepcache", default="3,2", help="cache intervals of the DeepCache-style section")
     ap.add_argument("--variants", default="cudnn", help="SDPA backends tried first by the variants section")
     ap.add_argument("--memory-steps", type=int, default=1)
+    ap.add_argument("--whole-seconds", type=float, default=5.12, help="speech of the whole-pipeline section")
     ap.add_argument("--memory-seconds", default="10,60")
     ap.add_argument("--memory-path", default="fast", choices=["fast", "eager"])
     ap.add_argument("--track", type=Path)
@@ -416,18 +417,47 @@ def main() -> None:
         rep["attention_per_kind"] = per_kind
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
+    crops_work: list = []
+
+    def crops_networks() -> Path:
+        """A release folder for latentsync_crops' file check (reduced: module doc) whose networks are this
+        script's (cached_networks patched), with a random whisper tiny of the release's size; memoised."""
+        if crops_work:
+            return crops_work[0]
+        from digital_human.engines.latentsync import pipeline as pl
+        from digital_human.engines.latentsync.audio import load_whisper
+        from digital_human.engines.latentsync.random_release import (WHISPER_DIMS_FULL, WHISPER_DIMS_REDUCED,
+                                                                     whisper_checkpoint, write_release)
+
+        work = Path(tempfile.mkdtemp(prefix="ls_mem_"))
+        write_release(work, "reduced", seed=0)
+        torch.save(whisper_checkpoint(WHISPER_DIMS_REDUCED if args.smoke else WHISPER_DIMS_FULL, 2),
+                   str(work / "whisper_full.pt"))
+        net.whisper = load_whisper(work / "whisper_full.pt", str(dev), dt)
+        pl.cached_networks = lambda device, precision, models_root=None: net
+        crops_work.append(work)
+        return work
+
+    def reference_modules(extra: tuple = ()) -> None:
+        """The reference checkout on sys.path, with empty stand-ins for the packages its modules import at module
+        level but this benchmark never calls (decord readers, insightface's detector, ffmpeg-python's decoder,
+        and in the CPU smoke run the plotting/IO packages its venv lacks)."""
+        if str(args.ref) not in sys.path:
+            sys.path.insert(0, str(args.ref))
+        unused = ["decord", "insightface", "insightface.app", "ffmpeg", *extra]
+        for name in unused:
+            try:
+                __import__(name)
+            except ImportError:
+                stub = types.ModuleType(name)
+                stub.AudioReader = stub.VideoReader = stub.FaceAnalysis = None
+                stub.pyplot = None
+                sys.modules[name] = stub
+
     # --- the reference -----------------------------------------------------------------------------------
     @section("reference")
     def _reference():
-        sys.path.insert(0, str(args.ref))
-        unused = ["decord", "insightface", "insightface.app"]  # imported by util.py / face_detector.py, unused
-        if args.smoke:  # the CPU venv of the smoke run lacks util.py's plotting/IO imports (unused here too)
-            unused += ["matplotlib", "matplotlib.pyplot", "imageio", "torchvision", "torchvision.transforms"]
-        for name in unused:
-            stub = types.ModuleType(name)
-            stub.AudioReader = stub.VideoReader = stub.FaceAnalysis = None
-            stub.pyplot = stub.transforms = None
-            sys.modules.setdefault(name, stub)
+        reference_modules(("matplotlib", "matplotlib.pyplot", "imageio"))
         from diffusers import DDIMScheduler
         from einops import rearrange
 
@@ -593,21 +623,119 @@ def main() -> None:
             for k, f in fns.items():
                 rep[f"profile_fast_{k}"] = profile_table(f)
 
+    @section("whole")
+    def _whole():
+        """The whole pipeline each side runs for a video, on the GPU, minus face detection and file I/O: the
+        reference's LipsyncPipeline.__call__ itself (whisper features of the speech, its affine warp of every
+        source frame, every window's denoising, its restore_video paste into the frames; the insightface
+        detector answers with FaceAlign's three points, read_video/read_audio return arrays, write_video keeps
+        the frames, the ffmpeg mux is skipped) vs the pack's latentsync_crops (fast path) + paste_generated (the
+        node path's CPU paste) on the same FaceTrack (FaceAlign's output: its detector is not timed either), the
+        same speech (--whole-seconds), the same weights. Frames/s = each side's own output frames / its wall
+        time. Both sides' kernels were warmed by the earlier sections (reference, fast)."""
+        from digital_human.engines.latentsync.random_release import stand_in_mask
+        from digital_human.talking_head.driver import paste_generated
+        from digital_human.talking_head.latentsync.crops import latentsync_crops
+        from digital_human.talking_head.latentsync.geometry import three_points
+        from digital_human.vision.faces import FaceTrack
+
+        work = crops_networks()
+        track = FaceTrack.load_npz(args.track)
+        speech = np.load(args.speech).astype(np.float32)
+        n = int(args.whole_seconds * 16000)
+        wave = np.tile(speech, -(-n // len(speech)))[:n]
+        out: dict = {"seconds": args.whole_seconds, "source_frames": len(track),
+                     "frame_size": list(track.frames.shape[1:3])}
+        rep["whole"] = out
+        # --- the pack
+        _sync()
+        _peak_reset()
+        t = time.perf_counter()
+        gen = latentsync_crops(track, wave, 16000, 25.0, loop_mode="ping-pong", streaming=True, models_root=work,
+                               steps=args.steps, compile=True)
+        result = paste_generated(gen)
+        _sync()
+        wall = time.perf_counter() - t
+        out["pack"] = {"frames": len(result.frames), "wall_s": wall, "fps": len(result.frames) / wall,
+                       "peak_gib": _peak_gib(), "timings": {k: round(v, 3) for k, v in result.timings.items()}}
+        del result, gen
+        save()
+        # --- the reference
+        reference_modules(("matplotlib", "matplotlib.pyplot", "imageio"))
+        import cv2
+        from types import SimpleNamespace
+
+        from diffusers import DDIMScheduler
+
+        import latentsync.pipelines.lipsync_pipeline as lp
+        from latentsync.models.unet import UNet3DConditionModel
+        from latentsync.utils.affine_transform import AlignRestore
+        from latentsync.utils.image_processor import ImageProcessor
+        from latentsync.whisper.audio2feature import Audio2Feature
+
+        ref_unet = UNet3DConditionModel.from_config(model_cfg)
+        ref_unet.load_state_dict({k: v.float() for k, v in unet.state_dict().items()}, strict=True)
+        ref_unet = ref_unet.to(dev, dt).eval()
+        vae.config.scaling_factor, vae.config.shift_factor = 0.18215, 0  # scripts/inference.py sets these
+        encoder = Audio2Feature(model_path=str(work / "whisper_full.pt"), device=str(dev), num_frames=16,
+                                audio_feat_length=[2, 2])
+        encoder.audio2feat = lambda path: encoder._audio2feat(wave)  # transcribe() takes the array as a file
+        sched = DDIMScheduler.from_pretrained(str(args.ref / "configs"))
+        pipe = lp.LipsyncPipeline(vae=vae, audio_encoder=encoder, unet=ref_unet, scheduler=sched).to(dev)
+        points = np.stack([three_points(track.landmarks[r]) for r in range(len(track))])
+        idx_left, idx_right, idx_nose = [43, 48, 49, 51, 50], [101, 102, 103, 104, 105], [74, 77, 83, 86]
+
+        class Detector:  # insightface's stand-in: FaceAlign's three points at the 2d106 indices it averages
+            def __init__(self):
+                self.i = 0
+
+            def __call__(self, image):
+                lmk = np.zeros((106, 2))
+                p = points[self.i % len(points)]
+                lmk[idx_left], lmk[idx_right], lmk[idx_nose] = p[0], p[1], p[2]
+                self.i += 1
+                return (0, 0, image.shape[1], image.shape[0]), lmk
+
+        class Processor(ImageProcessor):  # the reference's own, with the detector above
+            def __init__(self, resolution, device="cpu", mask_image=None):
+                super().__init__(resolution, "cpu", mask_image)
+                # __call__ asks for "cuda" (FP16, AlignRestore's default); the CPU smoke run keeps FP32 on the CPU
+                self.restorer = AlignRestore(resolution=resolution, device=str(dev),
+                                             dtype=torch.float32 if args.smoke else torch.float16)
+                self.face_detector = Detector()
+
+        mask_png = work / "mask_ref.png"
+        cv2.imwrite(str(mask_png), cv2.cvtColor(stand_in_mask(), cv2.COLOR_RGB2BGR))
+        captured: dict = {}
+        lp.ImageProcessor = Processor
+        lp.check_ffmpeg_installed = lambda: None
+        lp.read_video = lambda path, use_decord=False: track.frames.copy()
+        lp.read_audio = lambda path: torch.from_numpy(wave)
+        lp.write_video = lambda path, video, fps: captured.__setitem__("frames", len(video))
+        lp.sf = SimpleNamespace(write=lambda *a, **k: None)
+        lp.subprocess = SimpleNamespace(run=lambda *a, **k: None)
+        tmp = Path(tempfile.mkdtemp(prefix="ls_ref_"))
+        _sync()
+        _peak_reset()
+        t = time.perf_counter()
+        pipe(video_path="video.mp4", audio_path="audio.wav", video_out_path=str(tmp / "out.mp4"), num_frames=16,
+             video_fps=25, audio_sample_rate=16000, height=res, width=res, num_inference_steps=args.steps,
+             guidance_scale=1.5, weight_dtype=dt, mask_image_path=str(mask_png), temp_dir=str(tmp / "temp"),
+             generator=torch.Generator(device=dev).manual_seed(1247))
+        _sync()
+        wall = time.perf_counter() - t
+        out["reference"] = {"frames": captured["frames"], "wall_s": wall, "fps": captured["frames"] / wall,
+                            "peak_gib": _peak_gib()}
+        out["pack_speedup"] = out["pack"]["fps"] / out["reference"]["fps"]
+        del pipe, ref_unet
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+
     @section("memory")
     def _memory():
-        from digital_human.engines.latentsync import pipeline as pl
-        from digital_human.engines.latentsync.audio import load_whisper
-        from digital_human.engines.latentsync.random_release import (WHISPER_DIMS_FULL, WHISPER_DIMS_REDUCED,
-                                                                     whisper_checkpoint, write_release)
         from digital_human.talking_head.latentsync.crops import latentsync_crops
         from digital_human.vision.faces import FaceTrack
 
-        work = Path(tempfile.mkdtemp(prefix="ls_mem_"))
-        write_release(work, "reduced", seed=0)  # the file check only (module doc)
-        torch.save(whisper_checkpoint(WHISPER_DIMS_REDUCED if args.smoke else WHISPER_DIMS_FULL, 2),
-                   str(work / "whisper_full.pt"))
-        net.whisper = load_whisper(work / "whisper_full.pt", str(dev), dt)
-        pl.cached_networks = lambda device, precision, models_root=None: net
+        work = crops_networks()
         track = FaceTrack.load_npz(args.track)
         speech = np.load(args.speech).astype(np.float32)
         fast = args.memory_path == "fast"
@@ -717,7 +845,7 @@ def main() -> None:
             out[f"sdpa_{first}_first"] = row
             save()
 
-    del _levers, _attn, _profile, _variants, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
+    del _levers, _attn, _profile, _variants, _whole, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
     rep["total_s"] = time.perf_counter() - T0
     save()
 
