@@ -309,19 +309,19 @@ def main() -> None:
 
     # one UNet step's inputs (the CFG batch)
     lat = res // 8
-    x_step = torch.randn(2, 13, 16, lat, lat, device=dev, dtype=dt)
+    x_step = torch.randn(1, 13, 16, lat, lat, device=dev, dtype=dt).expand(2, -1, -1, -1, -1).contiguous()  # CFG rows: equal
     a_step = torch.cat([torch.zeros(16, 50, 384), audio]).to(dev, dt)
     t_step = torch.tensor(501, device=dev)
     emb_step = unet.time_embed(t_step, 2, dt)
 
-    def time_step(module, n: int = 5, warm: int = 2, x=x_step, a=a_step, e=emb_step) -> float:
+    def time_step(module, n: int = 5, warm: int = 2, x=x_step, a=a_step, e=emb_step, shared: bool = False) -> float:
         with torch.no_grad():
             for _ in range(warm):
-                module(x, t_step, a, uncond_rows=1, emb=e)
+                module(x, t_step, a, uncond_rows=1, emb=e, shared_rows=shared)
             _sync()
             t = time.perf_counter()
             for _ in range(n):
-                module(x, t_step, a, uncond_rows=1, emb=e)
+                module(x, t_step, a, uncond_rows=1, emb=e, shared_rows=shared)
             _sync()
         return (time.perf_counter() - t) / n * 1000
 
@@ -345,6 +345,8 @@ def main() -> None:
         lv["eager_fp16_cudnn_benchmark_ms"] = time_step(unet, warm=3)
         unet.to(memory_format=torch.channels_last)
         lv["eager_fp16_channels_last_cudnn_benchmark_ms"] = time_step(unet, warm=3)
+        # the guidance rows' shared prefix (conv_in, first ResNet block, first self-attention) run once
+        lv["eager_fp16_channels_last_cudnn_benchmark_shared_rows_ms"] = time_step(unet, warm=2, shared=True)
         for first in ("cudnn", "efficient", "flash"):
             try:
                 with prefer(first):

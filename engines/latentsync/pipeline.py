@@ -172,11 +172,12 @@ class FastPath:
             # a full step also returns the DeepCache feature (the input of the last up block): one compiled graph
             # serves the exact mode and DeepCache's full steps (a second one would cost another minute or more)
             cache: dict = {}
-            out = unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache=cache)
+            out = unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache=cache, shared_rows=True)
             return out, cache["x"]
 
         def step_reuse(x, t, audio, emb, feat):
-            return unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache={"x": feat}, reuse=True)
+            return unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache={"x": feat}, reuse=True,
+                        shared_rows=True)
 
         def moments(x):
             dist = vae.encode(x).latent_dist
@@ -294,7 +295,8 @@ class LatentSyncPipeline:
     def _unet(self, fast: FastPath | None, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor,
               emb: torch.Tensor, cache: dict | None, reuse: bool, cfg: bool) -> torch.Tensor:
         if fast is None:
-            return self.net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=emb, deep_cache=cache, reuse=reuse)
+            return self.net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=emb, deep_cache=cache, reuse=reuse,
+                                 shared_rows=True)
         if reuse:
             return fast("step_reuse", x, t, audio, emb, cache["x"])
         out, feat = fast("step", x, t, audio, emb)
