@@ -446,7 +446,7 @@ def main() -> None:
         and in the CPU smoke run the plotting/IO packages its venv lacks)."""
         if str(args.ref) not in sys.path:
             sys.path.insert(0, str(args.ref))
-        unused = ["decord", "insightface", "insightface.app", "ffmpeg", *extra]
+        unused = ["decord", "insightface", "insightface.app", "ffmpeg", "soundfile", *extra]
         for name in unused:
             try:
                 __import__(name)
@@ -455,6 +455,12 @@ def main() -> None:
                 stub.AudioReader = stub.VideoReader = stub.FaceAnalysis = None
                 stub.pyplot = None
                 sys.modules[name] = stub
+        import transformers
+
+        # whisper/tokenizer.py imports GPT2TokenizerFast at module level (transformers 5 may lack the name); the
+        # encoder-only transcribe() never builds a tokenizer
+        if not hasattr(transformers, "GPT2TokenizerFast"):
+            transformers.GPT2TokenizerFast = getattr(transformers, "GPT2Tokenizer", None)
 
     # --- the reference -----------------------------------------------------------------------------------
     @section("reference")
