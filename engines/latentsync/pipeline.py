@@ -154,13 +154,17 @@ class FastPath:
     """The compiled functions of one Networks (module doc), per classifier-free-guidance mode; compiled lazily
     on first use (a minute or more once per process on an H200), kept on Networks.compiled."""
 
-    def __init__(self, net: Networks, uncond_rows: int, sdpa_first: str | None = None):
+    def __init__(self, net: Networks, uncond_rows: int, sdpa_first: str | None = None, graphs: bool = False):
         """sdpa_first: an SDPA backend ("cudnn", "flash", "efficient", "math") tried first by the compiled
-        functions (baked in when they compile; None = torch's own order)."""
+        functions (baked in when they compile; None = torch's own order). graphs: replay the compiled UNet
+        steps from CUDA graphs (captured at their second call)."""
         unet, vae = net.unet, net.vae
         self.seconds: dict[str, float] = {}   # first call of each function (its compilation)
         self.failed: str | None = None
         self.sdpa_first = sdpa_first
+        self.graphs = graphs
+        self.graph_note: str | None = None
+        self.replays: dict[str, _Replay] = {}
         # channels-last conv weights: cuDNN's NHWC kernels without a transpose per call (inductor keeps the
         # activations NHWC between them); only the 4-D weights change, the results are the same up to rounding
         unet.to(memory_format=torch.channels_last)
@@ -191,6 +195,9 @@ class FastPath:
 
     def __call__(self, name: str, *args: Any) -> Any:
         if self.failed is None:
+            replay = self.replays.get(name)
+            if replay is not None:
+                return replay(*args)
             first = name not in self.seconds
             t0 = time.perf_counter()
             try:
@@ -200,12 +207,27 @@ class FastPath:
                 self.failed = f"LatentSync compile failed ({type(exc).__name__}: {exc}); running eager"
                 log.warning("[digital_human] %s", self.failed)
             else:
-                if first and torch.cuda.is_available():
-                    torch.cuda.synchronize()
+                if first:
+                    if torch.cuda.is_available():
+                        torch.cuda.synchronize()
                     self.seconds[name] = time.perf_counter() - t0
+                elif self.graphs and name in GRAPHED and args[0].is_cuda:
+                    self._capture(name, args)
                 return out
         return self.eager[name](*args)
 
+    def _capture(self, name: str, args: tuple) -> None:
+        """Record the compiled function `name` in a CUDA graph at its second call (the first compiled it)."""
+        def run(*a: Any) -> Any:
+            with self._sdpa():
+                return self.compiled[name](*a)
+
+        try:
+            self.replays[name] = _Replay(run, args)
+        except Exception as exc:  # announced; the compiled function keeps running without the graph
+            self.graphs = False
+            self.graph_note = f"LatentSync CUDA graph capture failed ({type(exc).__name__}: {exc}); not replaying"
+            log.warning("[digital_human] %s", self.graph_note)
 
     def _sdpa(self):
         import contextlib
@@ -218,6 +240,33 @@ class FastPath:
                  "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
         first = names[self.sdpa_first]
         return sdpa_kernel([first] + [b for b in names.values() if b != first], set_priority=True)
+
+
+GRAPHED = ("step", "step_reuse")   # called every DDIM step; the VAE's functions run once or twice a window
+
+
+class _Replay:
+    """A compiled function captured in a CUDA graph for its one set of input shapes: each call copies the
+    inputs into the graph's own buffers and replays it. The outputs are the graph's buffers, overwritten by the
+    next replay (the pipeline uses each step's output before the next step; it copies what it keeps)."""
+
+    def __init__(self, fn: Any, args: tuple):
+        self.inputs = [a.clone() if torch.is_tensor(a) else a for a in args]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture (allocator, cuDNN/cuBLAS workspaces)
+            fn(*self.inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = fn(*self.inputs)
+
+    def __call__(self, *args: Any) -> Any:
+        for mine, given in zip(self.inputs, args):
+            if torch.is_tensor(mine):
+                mine.copy_(given)
+        self.graph.replay()
+        return self.outputs
 
 
 def fast_path(net: Networks, cfg: bool) -> FastPath:
@@ -300,8 +349,8 @@ class LatentSyncPipeline:
         if reuse:
             return fast("step_reuse", x, t, audio, emb, cache["x"])
         out, feat = fast("step", x, t, audio, emb)
-        if cache is not None:
-            cache["x"] = feat
+        if cache is not None:  # a copy: a replayed graph's output buffer is overwritten by its next replay
+            cache["x"] = feat.clone()
         return out
 
     @torch.no_grad()
