@@ -221,6 +221,8 @@ def main() -> None:
     ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,fast,profile,whole,memory,graph,deepcache,variants")
     ap.add_argument("--deepcache", default="3,2", help="cache intervals of the DeepCache-style section")
     ap.add_argument("--variants", default="cudnn", help="SDPA backends tried first by the variants section")
+    ap.add_argument("--variant-repeats", type=int, default=0, help="timed runs of whole windows per variant")
+    ap.add_argument("--graph-repeats", type=int, default=0, help="timed runs of --windows windows with graphs")
     ap.add_argument("--memory-steps", type=int, default=1)
     ap.add_argument("--whole-seconds", type=float, default=5.12, help="speech of the whole-pipeline section")
     ap.add_argument("--memory-seconds", default="10,60")
@@ -785,18 +787,26 @@ def main() -> None:
         rep["fast_step_ms"] = timed_ms(step, warm=2)
         with torch.no_grad():
             plain = step()[0].clone()
-        if args.smoke:
-            return
-        fast.graphs = True
+        fast.graphs = True  # (no effect on the CPU smoke run: graphs are CUDA's)
         try:
             rep["fast_step_graph_ms"] = timed_ms(step, warm=2)
             with torch.no_grad():
                 rep["fast_step_graph_max_abs_vs_compiled"] = float((step()[0].float() - plain.float()).abs().max())
             rep["fast_step_graph_note"] = fast.graph_note
-            times, o = run_pack(pipe, 1)
-            rep["fast_graph_window_s"] = times
+            runs, first_out = [], None
+            for r in range(max(1, args.graph_repeats)):
+                times, o = run_pack(pipe, args.windows if args.graph_repeats else 1)
+                runs.append(times)
+                first_out = o if r == 0 else first_out
+            rep["fast_graph_window_s"] = runs
+            rep["fast_graph_fps_per_run"] = [fps(t) for t in runs]
+            rep["fast_graph_fps"] = statistics.median(rep["fast_graph_fps_per_run"])
+            if "reference_fps" in rep:
+                rep["fast_graph_speedup"] = rep["fast_graph_fps"] / rep["reference_fps"]
             if "fast" in outs:
-                rep["fast_graph_vs_fast_first_window"] = _diff(o, outs["fast"][:1])
+                rep["fast_graph_vs_fast"] = _diff(first_out, outs["fast"][:len(first_out)])
+            if "reference" in outs:
+                rep["fast_graph_vs_reference"] = _diff(first_out, outs["reference"][:len(first_out)])
         finally:
             fast.graphs = False
             fast.replays.clear()
@@ -846,6 +856,28 @@ def main() -> None:
                    "scale": float(base_out.abs().max()), "failed": fp.failed}
             out[f"sdpa_{first}_first"] = row
             save()
+            if args.variant_repeats:  # whole windows with this variant (its encoder/decoder compile first)
+                pipe = fast_pipe["exact"]
+                pipe.fast, kept = fp, pipe.fast
+                try:
+                    run_pack(pipe, 1)
+                    runs, o = [], None
+                    for r in range(args.variant_repeats):
+                        times, got = run_pack(pipe, args.windows)
+                        runs.append(times)
+                        o = got if r == 0 else o
+                    row["window_s"] = runs
+                    row["fps_per_run"] = [fps(t) for t in runs]
+                    row["fps"] = statistics.median(row["fps_per_run"])
+                    if "reference_fps" in rep:
+                        row["speedup"] = row["fps"] / rep["reference_fps"]
+                    if "fast" in outs:
+                        row["vs_fast"] = _diff(o, outs["fast"])
+                    if "reference" in outs:
+                        row["vs_reference"] = _diff(o, outs["reference"])
+                finally:
+                    pipe.fast = kept
+                save()
 
     del _levers, _attn, _profile, _variants, _whole, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
     rep["total_s"] = time.perf_counter() - T0
