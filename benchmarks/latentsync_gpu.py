@@ -15,7 +15,12 @@ seconds give the frames/s (median of the windows, and of `--repeats` such runs f
 
 Sections, each written to the JSON as it finishes (a later failure keeps the earlier figures):
 - levers: one UNet step (the CFG batch of 2 x 16 frames) eager FP16 as is / with cudnn.benchmark / with
-  channels-last weights / BF16, and the eager step's top CUDA kernels (torch.profiler);
+  channels-last weights / with each SDPA backend tried first / BF16, and the eager step's CUDA kernels
+  (torch.profiler) grouped by kind (conv, gemm, attention, norm, elementwise, copies);
+- attn: every attention call of one step (spatial self, audio cross, motion-module temporal), in the modules'
+  own q/k/v layout, timed alone under torch's default SDPA choice and each backend forced;
+- profile (after fast): the compiled UNet step, encoder moments and decoder timed alone and their kernels
+  grouped by kind;
 - reference, pack eager, pack fast path: frames/s, peak GPU memory, the largest difference of the outputs on
   the same draws; FP16 noise: the pack's eager FP32 window (TF32 off) against its FP16 one, the yardstick for
   "equal within FP16 noise";
@@ -28,8 +33,10 @@ Sections, each written to the JSON as it finishes (a later failure keeps the ear
   through GeneratedCrops.chunk in 64-frame chunks as the video renderer does; the paste-back and the encoder are
   not run (no PyAV on the device). The networks are this script's (full-size random weights) with a full-size
   random whisper tiny; a reduced release on disk only satisfies the file check;
-- graph (last: a failed capture can leave the CUDA context unusable): the fast path's UNet step called vs
-  replayed from a CUDA graph (does launching still cost anything at this size?).
+- graph (after memory: a failed capture can leave the CUDA context unusable): the fast path's UNet step called
+  vs replayed from a CUDA graph (does launching still cost anything at this size?);
+- variants (last: it resets dynamo's caches): the compiled UNet step recompiled with another SDPA backend tried
+  first (--variants), timed alone, and its largest difference from the fast path's step.
 
   python benchmarks/latentsync_gpu.py --ref <copy of bytedance/LatentSync> --out results.json
   python benchmarks/latentsync_gpu.py --smoke --ref <ref> --out /tmp/x.json   (CPU, reduced, checks the script)
@@ -112,15 +119,112 @@ def _diff(a: list, b: list) -> dict:
     return {"max_abs": mx, "mean_abs": mean, "max_levels": mx * 127.5, "mean_levels": mean * 127.5}
 
 
+KERNEL_GROUPS = ("attention", "conv", "gemm", "norm (fused reductions)", "elementwise (fused)", "copies/layout",
+                 "elementwise (aten)", "other")
+
+
+def kernel_group(name: str) -> str:
+    """A CUDA kernel's group by its name (cuDNN/cuBLAS/flash/inductor Triton naming)."""
+    n = name.lower()
+    if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "attn")):
+        return "attention"
+    if any(k in n for k in ("fprop", "conv", "implicit_gemm", "dgrad", "wgrad", "winograd")):
+        return "conv"
+    if any(k in n for k in ("gemm", "nvjet", "cutlass", "cublas", "sm90_xmma", "triton_tem", "mm_")):
+        return "gemm"
+    if n.startswith("triton_red") or n.startswith("triton_per"):
+        return "norm (fused reductions)" if any(k in n for k in ("norm", "var_mean", "mean")) else "other"
+    if n.startswith("triton_poi"):
+        rest = n.split("fused_", 1)[-1]
+        layout = {"clone", "copy", "permute", "cat", "view", "reshape", "transpose", "expand", "0", "1", "2", "3",
+                  "4", "5", "6", "7", "8", "9", "convolution", "unsqueeze"}
+        parts = [x for x in rest.split("_") if x]
+        return "copies/layout" if parts and all(x in layout for x in parts) else "elementwise (fused)"
+    if any(k in n for k in ("copy", "memcpy", "memset", "cat_", "catarray")):
+        return "copies/layout"
+    if any(k in n for k in ("group_norm", "layer_norm", "groupnorm", "layernorm", "welford", "rowwisemoments")):
+        return "norm (fused reductions)"
+    if any(k in n for k in ("elementwise", "vectorized", "unrolled", "reduce_kernel", "softmax")):
+        return "elementwise (aten)"
+    return "other"
+
+
+def profile_table(fn, steps: int = 1) -> dict:
+    """torch.profiler CUDA kernel times of `steps` calls of fn: per group, and the top kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        _sync()
+    groups: dict = {g: {"ms": 0.0, "kernels": 0} for g in KERNEL_GROUPS}
+    top = []
+    for e in prof.key_averages():
+        if e.device_time_total <= 0 or e.key.startswith("aten::") or e.key.startswith("cuda"):
+            continue
+        g = kernel_group(e.key)
+        groups[g]["ms"] += e.device_time_total / 1000 / steps
+        groups[g]["kernels"] += e.count // steps
+        top.append({"kernel": e.key[:100], "group": g, "ms": e.device_time_total / 1000 / steps,
+                    "calls": e.count // steps})
+    total = sum(v["ms"] for v in groups.values())
+    for v in groups.values():
+        v["share"] = v["ms"] / total if total else 0.0
+    top.sort(key=lambda r: r["ms"], reverse=True)
+    return {"total_kernel_ms": total, "groups": groups, "top": top[:25]}
+
+
+def record_attention_calls(unet, call) -> list[dict]:
+    """Every scaled_dot_product_attention call of one UNet step: kind (spatial self / audio cross / temporal, from
+    the calling module), level, q/k/v shapes and strides (the layout the modules hand to SDPA)."""
+    from digital_human.engines.latentsync import unet as U
+
+    kinds: dict = {}
+    for name, mod in unet.named_modules():
+        if isinstance(mod, U.TemporalAttention):
+            kinds[id(mod)] = "temporal (motion module)"
+        elif name.endswith("attn2"):
+            kinds[id(mod)] = "audio cross"
+        elif name.endswith("attn1"):
+            kinds[id(mod)] = "spatial self"
+    current: list = []
+    calls: list = []
+    real = U.F.scaled_dot_product_attention
+
+    def rec(q, k, v, *a, **kw):
+        calls.append({"kind": current[-1] if current else "?", "q": list(q.shape), "k": list(k.shape),
+                      "q_stride": list(q.stride()), "k_stride": list(k.stride()), "v_stride": list(v.stride())})
+        return real(q, k, v, *a, **kw)
+
+    hooks = []
+    for mod in unet.modules():
+        if id(mod) in kinds:
+            hooks.append(mod.register_forward_pre_hook(lambda m, a, k=kinds[id(mod)]: current.append(k)))
+            hooks.append(mod.register_forward_hook(lambda m, a, o: current.pop() and None))
+    U.F.scaled_dot_product_attention = rec
+    try:
+        with torch.no_grad():
+            call()
+    finally:
+        U.F.scaled_dot_product_attention = real
+        for h in hooks:
+            h.remove()
+    return calls
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ref", type=Path, required=True)
     ap.add_argument("--windows", type=int, default=3, help="windows per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of the fast path")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--sections", default="levers,reference,eager,fp32,fast,memory,deepcache,graph")
+    ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,fast,profile,whole,memory,graph,deepcache,variants")
     ap.add_argument("--deepcache", default="3,2", help="cache intervals of the DeepCache-style section")
+    ap.add_argument("--variants", default="cudnn", help="SDPA backends tried first by the variants section")
+    ap.add_argument("--variant-repeats", type=int, default=0, help="timed runs of whole windows per variant")
+    ap.add_argument("--graph-repeats", type=int, default=0, help="timed runs of --windows windows with graphs")
     ap.add_argument("--memory-steps", type=int, default=1)
+    ap.add_argument("--whole-seconds", type=float, default=5.12, help="speech of the whole-pipeline section")
     ap.add_argument("--memory-seconds", default="10,60")
     ap.add_argument("--memory-path", default="fast", choices=["fast", "eager"])
     ap.add_argument("--track", type=Path)
@@ -151,7 +255,8 @@ def main() -> None:
     def save() -> None:
         rep["elapsed_s"] = time.perf_counter() - T0
         args.out.write_text(json.dumps(rep, indent=2) + "\n")
-        print(json.dumps({k: v for k, v in rep.items() if k != "levers_profile"}), flush=True)
+        print(json.dumps({k: v for k, v in rep.items() if not k.startswith("profile") and k != "attention_calls"}),
+              flush=True)
 
     def section(name: str):
         """Decorator: run the section if asked for and within the budget; record its error and go on."""
@@ -206,24 +311,35 @@ def main() -> None:
 
     # one UNet step's inputs (the CFG batch)
     lat = res // 8
-    x_step = torch.randn(2, 13, 16, lat, lat, device=dev, dtype=dt)
+    x_step = torch.randn(1, 13, 16, lat, lat, device=dev, dtype=dt).expand(2, -1, -1, -1, -1).contiguous()  # CFG rows: equal
     a_step = torch.cat([torch.zeros(16, 50, 384), audio]).to(dev, dt)
     t_step = torch.tensor(501, device=dev)
     emb_step = unet.time_embed(t_step, 2, dt)
 
-    def time_step(module, n: int = 5, warm: int = 2, x=x_step, a=a_step, e=emb_step) -> float:
+    def time_step(module, n: int = 5, warm: int = 2, x=x_step, a=a_step, e=emb_step, shared: bool = False) -> float:
         with torch.no_grad():
             for _ in range(warm):
-                module(x, t_step, a, uncond_rows=1, emb=e)
+                module(x, t_step, a, uncond_rows=1, emb=e, shared_rows=shared)
             _sync()
             t = time.perf_counter()
             for _ in range(n):
-                module(x, t_step, a, uncond_rows=1, emb=e)
+                module(x, t_step, a, uncond_rows=1, emb=e, shared_rows=shared)
             _sync()
         return (time.perf_counter() - t) / n * 1000
 
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    SDPA = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+
+    def prefer(first: str):
+        """SDPA's backends with `first` tried first (the others after it, in torch's order)."""
+        order = [SDPA[first]] + [b for k, b in SDPA.items() if k != first]
+        return sdpa_kernel(order, set_priority=True)
+
     @section("levers")
     def _levers():
+        """One eager UNet step (the CFG batch of 2 x 16 frames) under each lever, and its kernel profile."""
         lv = {}
         torch.backends.cudnn.benchmark = False
         lv["eager_fp16_ms"] = time_step(unet)
@@ -231,6 +347,14 @@ def main() -> None:
         lv["eager_fp16_cudnn_benchmark_ms"] = time_step(unet, warm=3)
         unet.to(memory_format=torch.channels_last)
         lv["eager_fp16_channels_last_cudnn_benchmark_ms"] = time_step(unet, warm=3)
+        # the guidance rows' shared prefix (conv_in, first ResNet block, first self-attention) run once
+        lv["eager_fp16_channels_last_cudnn_benchmark_shared_rows_ms"] = time_step(unet, warm=2, shared=True)
+        for first in ("cudnn", "efficient", "flash"):
+            try:
+                with prefer(first):
+                    lv[f"eager_fp16_channels_last_cudnn_benchmark_sdpa_{first}_first_ms"] = time_step(unet, warm=2)
+            except Exception as exc:  # a backend that cannot run these shapes
+                lv[f"eager_fp16_channels_last_cudnn_benchmark_sdpa_{first}_first_ms"] = f"{type(exc).__name__}: {exc}"[:200]
         unet.to(memory_format=torch.contiguous_format)
         rep["levers"] = lv
         save()
@@ -240,30 +364,110 @@ def main() -> None:
         del ub
         torch.backends.cudnn.benchmark = False
         if not args.smoke:
-            from torch.profiler import ProfilerActivity, profile
-
-            with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-                unet(x_step, t_step, a_step, uncond_rows=1, emb=emb_step)
-                _sync()
-            rows = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)
-            total = sum(e.device_time_total for e in rows if e.device_time_total > 0 and not e.key.startswith("aten::"))
-            rep["levers_profile"] = [{"kernel": e.key[:90], "ms": e.device_time_total / 1000, "calls": e.count}
-                                     for e in rows[:20]]
-            lv["profile_kernel_ms_total"] = total / 1000
+            rep["profile_eager_step"] = profile_table(lambda: unet(x_step, t_step, a_step, uncond_rows=1, emb=emb_step))
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
+
+    @section("attn")
+    def _attn():
+        """Each attention call of one step, grouped by kind and shape, in the modules' own q/k/v layout, timed
+        alone under torch's default SDPA choice and with each backend forced (the compiled step calls the same
+        aten kernels: inductor does not generate attention)."""
+        calls = record_attention_calls(unet, lambda: unet(x_step, t_step, a_step, uncond_rows=1, emb=emb_step))
+        groups: dict = {}
+        for c in calls:
+            key = json.dumps([c["kind"], c["q"], c["k"], c["q_stride"], c["k_stride"], c["v_stride"]])
+            groups.setdefault(key, dict(c, count=0))["count"] += 1
+        rows = []
+        for g in groups.values():
+            def make(shape, stride):
+                return torch.empty_strided(shape, stride, device=dev, dtype=dt).normal_()
+
+            q, k, v = make(g["q"], g["q_stride"]), make(g["k"], g["k_stride"]), make(g["k"], g["v_stride"])
+            row = dict(g)
+            for name in ("default", "flash", "efficient", "cudnn", "math"):
+                if name == "math" and g["q"][0] * g["q"][1] * g["q"][2] * g["k"][2] * 2 > 2**31:
+                    row[f"{name}_ms"] = "skipped (score matrix > 2 GiB)"
+                    continue
+                try:
+                    ctx = sdpa_kernel([SDPA[name]]) if name != "default" else torch.no_grad()
+                    with ctx, torch.no_grad():
+                        for _ in range(2):
+                            torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                        _sync()
+                        t = time.perf_counter()
+                        for _ in range(5):
+                            torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                        _sync()
+                    row[f"{name}_ms"] = (time.perf_counter() - t) / 5 * 1000
+                except Exception as exc:
+                    row[f"{name}_ms"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+            rows.append(row)
+            del q, k, v
+        per_kind: dict = {}
+        for r in rows:
+            d = per_kind.setdefault(r["kind"], {"calls": 0})
+            d["calls"] += r["count"]
+            for name in ("default", "flash", "efficient", "cudnn", "math"):
+                val = r[f"{name}_ms"]
+                if isinstance(val, float) and d.get(f"{name}_ms_per_step", 0.0) is not None:
+                    d[f"{name}_ms_per_step"] = d.get(f"{name}_ms_per_step", 0.0) + val * r["count"]
+                else:
+                    d[f"{name}_ms_per_step"] = None  # not every shape of this kind ran on this backend
+            ok = [(r[f"{n}_ms"], n) for n in ("flash", "efficient", "cudnn", "math") if isinstance(r[f"{n}_ms"], float)]
+            best = min(ok) if ok else (None, None)
+            r["best"] = best[1]
+            d["best_ms_per_step"] = d.get("best_ms_per_step", 0.0) + (best[0] or 0.0) * r["count"]
+        rep["attention_calls"] = rows
+        rep["attention_per_kind"] = per_kind
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+
+    crops_work: list = []
+
+    def crops_networks() -> Path:
+        """A release folder for latentsync_crops' file check (reduced: module doc) whose networks are this
+        script's (cached_networks patched), with a random whisper tiny of the release's size; memoised."""
+        if crops_work:
+            return crops_work[0]
+        from digital_human.engines.latentsync import pipeline as pl
+        from digital_human.engines.latentsync.audio import load_whisper
+        from digital_human.engines.latentsync.random_release import (WHISPER_DIMS_FULL, WHISPER_DIMS_REDUCED,
+                                                                     whisper_checkpoint, write_release)
+
+        work = Path(tempfile.mkdtemp(prefix="ls_mem_"))
+        write_release(work, "reduced", seed=0)
+        torch.save(whisper_checkpoint(WHISPER_DIMS_REDUCED if args.smoke else WHISPER_DIMS_FULL, 2),
+                   str(work / "whisper_full.pt"))
+        net.whisper = load_whisper(work / "whisper_full.pt", str(dev), dt)
+        pl.cached_networks = lambda device, precision, models_root=None: net
+        crops_work.append(work)
+        return work
+
+    def reference_modules(extra: tuple = ()) -> None:
+        """The reference checkout on sys.path, with empty stand-ins for the packages its modules import at module
+        level but this benchmark never calls (decord readers, insightface's detector, ffmpeg-python's decoder,
+        and in the CPU smoke run the plotting/IO packages its venv lacks)."""
+        if str(args.ref) not in sys.path:
+            sys.path.insert(0, str(args.ref))
+        unused = ["decord", "insightface", "insightface.app", "ffmpeg", "soundfile", *extra]
+        for name in unused:
+            try:
+                __import__(name)
+            except ImportError:
+                stub = types.ModuleType(name)
+                stub.AudioReader = stub.VideoReader = stub.FaceAnalysis = None
+                stub.pyplot = None
+                sys.modules[name] = stub
+        import transformers
+
+        # whisper/tokenizer.py imports GPT2TokenizerFast at module level (transformers 5 may lack the name); the
+        # encoder-only transcribe() never builds a tokenizer
+        if not hasattr(transformers, "GPT2TokenizerFast"):
+            transformers.GPT2TokenizerFast = getattr(transformers, "GPT2Tokenizer", None)
 
     # --- the reference -----------------------------------------------------------------------------------
     @section("reference")
     def _reference():
-        sys.path.insert(0, str(args.ref))
-        unused = ["decord", "insightface", "insightface.app"]  # imported by util.py / face_detector.py, unused
-        if args.smoke:  # the CPU venv of the smoke run lacks util.py's plotting/IO imports (unused here too)
-            unused += ["matplotlib", "matplotlib.pyplot", "imageio", "torchvision", "torchvision.transforms"]
-        for name in unused:
-            stub = types.ModuleType(name)
-            stub.AudioReader = stub.VideoReader = stub.FaceAnalysis = None
-            stub.pyplot = stub.transforms = None
-            sys.modules.setdefault(name, stub)
+        reference_modules(("matplotlib", "matplotlib.pyplot", "imageio"))
         from diffusers import DDIMScheduler
         from einops import rearrange
 
@@ -364,6 +568,11 @@ def main() -> None:
     @section("fast")
     def _fast():
         pipe = LatentSyncPipeline(net, steps=args.steps, compile=True)
+        if args.smoke:  # the CPU check of this script: the fast path's code with its functions left eager
+            from digital_human.engines.latentsync.pipeline import FastPath
+
+            pipe.fast = FastPath(net, 1)
+            pipe.fast.compiled = dict(pipe.fast.eager)
         if pipe.fast is None:
             raise RuntimeError(pipe.compile_note or "no fast path")
         fast_pipe["exact"] = pipe
@@ -398,21 +607,145 @@ def main() -> None:
         if "fp32" in outs:
             rep["fast_vs_fp32_first_window"] = _diff(outs["fast"][:1], outs["fp32"])
 
+    def timed_ms(fn, n: int = 5, warm: int = 1) -> float:
+        with torch.no_grad():
+            for _ in range(warm):
+                fn()
+            _sync()
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            _sync()
+        return (time.perf_counter() - t) / n * 1000
+
+    @section("profile")
+    def _profile():
+        """Where a fast-path window's time goes: the compiled UNet step, encoder moments and decoder, each timed
+        alone and profiled (CUDA kernels grouped by kind)."""
+        fast = fast_pipe["exact"].fast
+        px = torch.randn(16, 3, res, res, device=dev, dtype=dt)
+        z = torch.randn(16, 4, lat, lat, device=dev, dtype=dt)
+        fns = {"step": lambda: fast("step", x_step, t_step, a_step, emb_step),
+               "moments": lambda: fast("moments", px), "decode": lambda: fast("decode", z)}
+        rep["fast_parts_ms"] = {k: timed_ms(f) for k, f in fns.items()}
+        save()
+        if not args.smoke:
+            for k, f in fns.items():
+                rep[f"profile_fast_{k}"] = profile_table(f)
+
+    @section("whole")
+    def _whole():
+        """The whole pipeline each side runs for a video, on the GPU, minus face detection and file I/O: the
+        reference's LipsyncPipeline.__call__ itself (whisper features of the speech, its affine warp of every
+        source frame, every window's denoising, its restore_video paste into the frames; the insightface
+        detector answers with FaceAlign's three points, read_video/read_audio return arrays, write_video keeps
+        the frames, the ffmpeg mux is skipped) vs the pack's latentsync_crops (fast path) + paste_generated (the
+        node path's CPU paste) on the same FaceTrack (FaceAlign's output: its detector is not timed either), the
+        same speech (--whole-seconds), the same weights. Frames/s = each side's own output frames / its wall
+        time. Both sides' kernels were warmed by the earlier sections (reference, fast)."""
+        from digital_human.engines.latentsync.random_release import stand_in_mask
+        from digital_human.talking_head.driver import paste_generated
+        from digital_human.talking_head.latentsync.crops import latentsync_crops
+        from digital_human.talking_head.latentsync.geometry import three_points
+        from digital_human.vision.faces import FaceTrack
+
+        work = crops_networks()
+        track = FaceTrack.load_npz(args.track)
+        speech = np.load(args.speech).astype(np.float32)
+        n = int(args.whole_seconds * 16000)
+        wave = np.tile(speech, -(-n // len(speech)))[:n]
+        out: dict = {"seconds": args.whole_seconds, "source_frames": len(track),
+                     "frame_size": list(track.frames.shape[1:3])}
+        rep["whole"] = out
+        # --- the pack
+        _sync()
+        _peak_reset()
+        t = time.perf_counter()
+        gen = latentsync_crops(track, wave, 16000, 25.0, loop_mode="ping-pong", streaming=True, models_root=work,
+                               steps=args.steps, compile=True)
+        result = paste_generated(gen)
+        _sync()
+        wall = time.perf_counter() - t
+        out["pack"] = {"frames": len(result.frames), "wall_s": wall, "fps": len(result.frames) / wall,
+                       "peak_gib": _peak_gib(), "timings": {k: round(v, 3) for k, v in result.timings.items()}}
+        del result, gen
+        save()
+        # --- the reference
+        reference_modules(("matplotlib", "matplotlib.pyplot", "imageio"))
+        import cv2
+        from types import SimpleNamespace
+
+        from diffusers import DDIMScheduler
+
+        import latentsync.pipelines.lipsync_pipeline as lp
+        from latentsync.models.unet import UNet3DConditionModel
+        from latentsync.utils.affine_transform import AlignRestore
+        from latentsync.utils.image_processor import ImageProcessor
+        from latentsync.whisper.audio2feature import Audio2Feature
+
+        ref_unet = UNet3DConditionModel.from_config(model_cfg)
+        ref_unet.load_state_dict({k: v.float() for k, v in unet.state_dict().items()}, strict=True)
+        ref_unet = ref_unet.to(dev, dt).eval()
+        vae.config.scaling_factor, vae.config.shift_factor = 0.18215, 0  # scripts/inference.py sets these
+        encoder = Audio2Feature(model_path=str(work / "whisper_full.pt"), device=str(dev), num_frames=16,
+                                audio_feat_length=[2, 2])
+        encoder.audio2feat = lambda path: encoder._audio2feat(wave)  # transcribe() takes the array as a file
+        sched = DDIMScheduler.from_pretrained(str(args.ref / "configs"))
+        pipe = lp.LipsyncPipeline(vae=vae, audio_encoder=encoder, unet=ref_unet, scheduler=sched).to(dev)
+        points = np.stack([three_points(track.landmarks[r]) for r in range(len(track))])
+        idx_left, idx_right, idx_nose = [43, 48, 49, 51, 50], [101, 102, 103, 104, 105], [74, 77, 83, 86]
+
+        class Detector:  # insightface's stand-in: FaceAlign's three points at the 2d106 indices it averages
+            def __init__(self):
+                self.i = 0
+
+            def __call__(self, image):
+                lmk = np.zeros((106, 2))
+                p = points[self.i % len(points)]
+                lmk[idx_left], lmk[idx_right], lmk[idx_nose] = p[0], p[1], p[2]
+                self.i += 1
+                return (0, 0, image.shape[1], image.shape[0]), lmk
+
+        class Processor(ImageProcessor):  # the reference's own, with the detector above
+            def __init__(self, resolution, device="cpu", mask_image=None):
+                super().__init__(resolution, "cpu", mask_image)
+                # __call__ asks for "cuda" (FP16, AlignRestore's default); the CPU smoke run keeps FP32 on the CPU
+                self.restorer = AlignRestore(resolution=resolution, device=str(dev),
+                                             dtype=torch.float32 if args.smoke else torch.float16)
+                self.face_detector = Detector()
+
+        mask_png = work / "mask_ref.png"
+        cv2.imwrite(str(mask_png), cv2.cvtColor(stand_in_mask(), cv2.COLOR_RGB2BGR))
+        captured: dict = {}
+        lp.ImageProcessor = Processor
+        lp.check_ffmpeg_installed = lambda: None
+        lp.read_video = lambda path, use_decord=False: track.frames.copy()
+        lp.read_audio = lambda path: torch.from_numpy(wave)
+        lp.write_video = lambda path, video, fps: captured.__setitem__("frames", len(video))
+        lp.sf = SimpleNamespace(write=lambda *a, **k: None)
+        lp.subprocess = SimpleNamespace(run=lambda *a, **k: None)
+        tmp = Path(tempfile.mkdtemp(prefix="ls_ref_"))
+        _sync()
+        _peak_reset()
+        t = time.perf_counter()
+        pipe(video_path="video.mp4", audio_path="audio.wav", video_out_path=str(tmp / "out.mp4"), num_frames=16,
+             video_fps=25, audio_sample_rate=16000, height=res, width=res, num_inference_steps=args.steps,
+             guidance_scale=1.5, weight_dtype=dt, mask_image_path=str(mask_png), temp_dir=str(tmp / "temp"),
+             generator=torch.Generator(device=dev).manual_seed(1247))
+        _sync()
+        wall = time.perf_counter() - t
+        out["reference"] = {"frames": captured["frames"], "wall_s": wall, "fps": captured["frames"] / wall,
+                            "peak_gib": _peak_gib()}
+        out["pack_speedup"] = out["pack"]["fps"] / out["reference"]["fps"]
+        del pipe, ref_unet
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+
     @section("memory")
     def _memory():
-        from digital_human.engines.latentsync import pipeline as pl
-        from digital_human.engines.latentsync.audio import load_whisper
-        from digital_human.engines.latentsync.random_release import (WHISPER_DIMS_FULL, WHISPER_DIMS_REDUCED,
-                                                                     whisper_checkpoint, write_release)
         from digital_human.talking_head.latentsync.crops import latentsync_crops
         from digital_human.vision.faces import FaceTrack
 
-        work = Path(tempfile.mkdtemp(prefix="ls_mem_"))
-        write_release(work, "reduced", seed=0)  # the file check only (module doc)
-        torch.save(whisper_checkpoint(WHISPER_DIMS_REDUCED if args.smoke else WHISPER_DIMS_FULL, 2),
-                   str(work / "whisper_full.pt"))
-        net.whisper = load_whisper(work / "whisper_full.pt", str(dev), dt)
-        pl.cached_networks = lambda device, precision, models_root=None: net
+        work = crops_networks()
         track = FaceTrack.load_npz(args.track)
         speech = np.load(args.speech).astype(np.float32)
         fast = args.memory_path == "fast"
@@ -440,6 +773,44 @@ def main() -> None:
             rep["memory"] = dict(rows, steps=args.memory_steps, fast_path=fast)
             save()
 
+    @section("graph")
+    def _graph():
+        """The fast path's UNet step alone, called vs replayed from a CUDA graph by FastPath itself (graphs=True:
+        captured at the next call), and a whole window with the graphs vs the fast path's first window (same
+        draws)."""
+        pipe = fast_pipe["exact"]
+        fast = pipe.fast
+
+        def step():
+            return fast("step", x_step, t_step, a_step, emb_step)
+
+        rep["fast_step_ms"] = timed_ms(step, warm=2)
+        with torch.no_grad():
+            plain = step()[0].clone()
+        fast.graphs = True  # (no effect on the CPU smoke run: graphs are CUDA's)
+        try:
+            rep["fast_step_graph_ms"] = timed_ms(step, warm=2)
+            with torch.no_grad():
+                rep["fast_step_graph_max_abs_vs_compiled"] = float((step()[0].float() - plain.float()).abs().max())
+            rep["fast_step_graph_note"] = fast.graph_note
+            runs, first_out = [], None
+            for r in range(max(1, args.graph_repeats)):
+                times, o = run_pack(pipe, args.windows if args.graph_repeats else 1)
+                runs.append(times)
+                first_out = o if r == 0 else first_out
+            rep["fast_graph_window_s"] = runs
+            rep["fast_graph_fps_per_run"] = [fps(t) for t in runs]
+            rep["fast_graph_fps"] = statistics.median(rep["fast_graph_fps_per_run"])
+            if "reference_fps" in rep:
+                rep["fast_graph_speedup"] = rep["fast_graph_fps"] / rep["reference_fps"]
+            if "fast" in outs:
+                rep["fast_graph_vs_fast"] = _diff(first_out, outs["fast"][:len(first_out)])
+            if "reference" in outs:
+                rep["fast_graph_vs_reference"] = _diff(first_out, outs["reference"][:len(first_out)])
+        finally:
+            fast.graphs = False
+            fast.replays.clear()
+
     @section("deepcache")
     def _deepcache():
         for interval in (int(i) for i in args.deepcache.split(",")):
@@ -457,43 +828,58 @@ def main() -> None:
             save()
         rep["fast_compile_s_all"] = dict(fast_pipe["exact"].fast.seconds)
 
-    @section("graph")
-    def _graph():
-        """The fast path's UNet step alone, called vs replayed from a CUDA graph."""
-        fast = fast_pipe["exact"].fast
+    @section("variants")
+    def _variants():
+        """The compiled UNet step recompiled with another SDPA backend tried first (--variants), timed alone
+        against the fast path's, and its output's largest difference (last: it resets dynamo's caches)."""
+        from digital_human.engines.latentsync.pipeline import FastPath
 
-        def step():
-            return fast("step_keep", x_step, t_step, a_step, emb_step)
+        base = fast_pipe["exact"].fast
+
+        def call(fp):
+            return lambda: fp("step", x_step, t_step, a_step, emb_step)
 
         with torch.no_grad():
-            for _ in range(2):
-                step()
-            _sync()
-            t = time.perf_counter()
-            for _ in range(5):
-                step()
-            _sync()
-            rep["fast_step_ms"] = (time.perf_counter() - t) / 5 * 1000
+            base_out = call(base)()[0].float()
+        out = {"fast_step_ms": timed_ms(call(base))}
+        rep["variants"] = out
+        for first in [v for v in args.variants.split(",") if v]:
+            torch._dynamo.reset()
+            fp = FastPath(net, 1, sdpa_first=first)
             if args.smoke:
-                return
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                step()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
-            graph.replay()
-            _sync()
+                fp.compiled = dict(fp.eager)
             t = time.perf_counter()
-            for _ in range(5):
-                graph.replay()
-            _sync()
-            rep["fast_step_graph_ms"] = (time.perf_counter() - t) / 5 * 1000
-            del graph
+            with torch.no_grad():
+                o = call(fp)()[0].float()
+            row = {"compile_s": time.perf_counter() - t, "step_ms": timed_ms(call(fp)),
+                   "max_abs_vs_fast_step": float((o - base_out).abs().max()),
+                   "scale": float(base_out.abs().max()), "failed": fp.failed}
+            out[f"sdpa_{first}_first"] = row
+            save()
+            if args.variant_repeats:  # whole windows with this variant (its encoder/decoder compile first)
+                pipe = fast_pipe["exact"]
+                pipe.fast, kept = fp, pipe.fast
+                try:
+                    run_pack(pipe, 1)
+                    runs, o = [], None
+                    for r in range(args.variant_repeats):
+                        times, got = run_pack(pipe, args.windows)
+                        runs.append(times)
+                        o = got if r == 0 else o
+                    row["window_s"] = runs
+                    row["fps_per_run"] = [fps(t) for t in runs]
+                    row["fps"] = statistics.median(row["fps_per_run"])
+                    if "reference_fps" in rep:
+                        row["speedup"] = row["fps"] / rep["reference_fps"]
+                    if "fast" in outs:
+                        row["vs_fast"] = _diff(o, outs["fast"])
+                    if "reference" in outs:
+                        row["vs_reference"] = _diff(o, outs["reference"])
+                finally:
+                    pipe.fast = kept
+                save()
 
-    del _levers, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
+    del _levers, _attn, _profile, _variants, _whole, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
     rep["total_s"] = time.perf_counter() - T0
     save()
 

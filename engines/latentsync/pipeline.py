@@ -154,10 +154,17 @@ class FastPath:
     """The compiled functions of one Networks (module doc), per classifier-free-guidance mode; compiled lazily
     on first use (a minute or more once per process on an H200), kept on Networks.compiled."""
 
-    def __init__(self, net: Networks, uncond_rows: int):
+    def __init__(self, net: Networks, uncond_rows: int, sdpa_first: str | None = None, graphs: bool = False):
+        """sdpa_first: an SDPA backend ("cudnn", "flash", "efficient", "math") tried first by the compiled
+        functions (baked in when they compile; None = torch's own order). graphs: replay the compiled UNet
+        steps from CUDA graphs (captured at their second call)."""
         unet, vae = net.unet, net.vae
         self.seconds: dict[str, float] = {}   # first call of each function (its compilation)
         self.failed: str | None = None
+        self.sdpa_first = sdpa_first
+        self.graphs = graphs
+        self.graph_note: str | None = None
+        self.replays: dict[str, _Replay] = {}
         # channels-last conv weights: cuDNN's NHWC kernels without a transpose per call (inductor keeps the
         # activations NHWC between them); only the 4-D weights change, the results are the same up to rounding
         unet.to(memory_format=torch.channels_last)
@@ -166,15 +173,15 @@ class FastPath:
         torch.backends.cudnn.benchmark = True
 
         def step(x, t, audio, emb):
-            return unet(x, t, audio, uncond_rows=uncond_rows, emb=emb)
-
-        def step_keep(x, t, audio, emb):  # a full step that also returns the DeepCache feature
+            # a full step also returns the DeepCache feature (the input of the last up block): one compiled graph
+            # serves the exact mode and DeepCache's full steps (a second one would cost another minute or more)
             cache: dict = {}
-            out = unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache=cache)
+            out = unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache=cache, shared_rows=True)
             return out, cache["x"]
 
         def step_reuse(x, t, audio, emb, feat):
-            return unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache={"x": feat}, reuse=True)
+            return unet(x, t, audio, uncond_rows=uncond_rows, emb=emb, deep_cache={"x": feat}, reuse=True,
+                        shared_rows=True)
 
         def moments(x):
             dist = vae.encode(x).latent_dist
@@ -183,25 +190,83 @@ class FastPath:
         def decode(z):
             return vae.decode(z).sample
 
-        self.eager = {"step": step, "step_keep": step_keep, "step_reuse": step_reuse, "moments": moments,
-                      "decode": decode}
+        self.eager = {"step": step, "step_reuse": step_reuse, "moments": moments, "decode": decode}
         self.compiled = {k: torch.compile(fn, dynamic=False) for k, fn in self.eager.items()}
 
     def __call__(self, name: str, *args: Any) -> Any:
         if self.failed is None:
+            replay = self.replays.get(name)
+            if replay is not None:
+                return replay(*args)
             first = name not in self.seconds
             t0 = time.perf_counter()
             try:
-                out = self.compiled[name](*args)
+                with self._sdpa():
+                    out = self.compiled[name](*args)
             except Exception as exc:  # a compiler failure must not cost the video: announced, then eager
                 self.failed = f"LatentSync compile failed ({type(exc).__name__}: {exc}); running eager"
                 log.warning("[digital_human] %s", self.failed)
             else:
                 if first:
-                    torch.cuda.synchronize()
+                    if torch.cuda.is_available():
+                        torch.cuda.synchronize()
                     self.seconds[name] = time.perf_counter() - t0
+                elif self.graphs and name in GRAPHED and args[0].is_cuda:
+                    self._capture(name, args)
                 return out
         return self.eager[name](*args)
+
+    def _capture(self, name: str, args: tuple) -> None:
+        """Record the compiled function `name` in a CUDA graph at its second call (the first compiled it)."""
+        def run(*a: Any) -> Any:
+            with self._sdpa():
+                return self.compiled[name](*a)
+
+        try:
+            self.replays[name] = _Replay(run, args)
+        except Exception as exc:  # announced; the compiled function keeps running without the graph
+            self.graphs = False
+            self.graph_note = f"LatentSync CUDA graph capture failed ({type(exc).__name__}: {exc}); not replaying"
+            log.warning("[digital_human] %s", self.graph_note)
+
+    def _sdpa(self):
+        import contextlib
+
+        if self.sdpa_first is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        names = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+        first = names[self.sdpa_first]
+        return sdpa_kernel([first] + [b for b in names.values() if b != first], set_priority=True)
+
+
+GRAPHED = ("step", "step_reuse")   # called every DDIM step; the VAE's functions run once or twice a window
+
+
+class _Replay:
+    """A compiled function captured in a CUDA graph for its one set of input shapes: each call copies the
+    inputs into the graph's own buffers and replays it. The outputs are the graph's buffers, overwritten by the
+    next replay (the pipeline uses each step's output before the next step; it copies what it keeps)."""
+
+    def __init__(self, fn: Any, args: tuple):
+        self.inputs = [a.clone() if torch.is_tensor(a) else a for a in args]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture (allocator, cuDNN/cuBLAS workspaces)
+            fn(*self.inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = fn(*self.inputs)
+
+    def __call__(self, *args: Any) -> Any:
+        for mine, given in zip(self.inputs, args):
+            if torch.is_tensor(mine):
+                mine.copy_(given)
+        self.graph.replay()
+        return self.outputs
 
 
 def fast_path(net: Networks, cfg: bool) -> FastPath:
@@ -279,12 +344,13 @@ class LatentSyncPipeline:
     def _unet(self, fast: FastPath | None, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor,
               emb: torch.Tensor, cache: dict | None, reuse: bool, cfg: bool) -> torch.Tensor:
         if fast is None:
-            return self.net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=emb, deep_cache=cache, reuse=reuse)
-        if cache is None:
-            return fast("step", x, t, audio, emb)
+            return self.net.unet(x, t, audio, uncond_rows=1 if cfg else 0, emb=emb, deep_cache=cache, reuse=reuse,
+                                 shared_rows=True)
         if reuse:
             return fast("step_reuse", x, t, audio, emb, cache["x"])
-        out, cache["x"] = fast("step_keep", x, t, audio, emb)
+        out, feat = fast("step", x, t, audio, emb)
+        if cache is not None:  # a copy: a replayed graph's output buffer is overwritten by its next replay
+            cache["x"] = feat.clone()
         return out
 
     @torch.no_grad()

@@ -95,8 +95,12 @@ class SpatialBlock(nn.Module):
         self.ff = FeedForward(dim, activation_fn="geglu")
         self.norm3 = nn.LayerNorm(dim)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None, uncond_rows: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None, uncond_rows: int, repeat: int = 1) -> torch.Tensor:
+        """repeat: x holds one batch row of `repeat` equal ones (LatentSyncUNet.forward's shared_rows): the
+        self-attention runs once, then the rows part at the audio cross-attention."""
         x = self.attn1(self.norm1(x)) + x
+        if repeat > 1:
+            x = x.repeat(repeat, 1, 1)
         if self.attn2 is not None and context is not None:
             n = self.norm2(x)
             if uncond_rows:  # zero audio: keys and values are 0, the attention is to_out's bias (module doc)
@@ -118,12 +122,15 @@ class SpatialTransformer(nn.Module):
         self.transformer_blocks = nn.ModuleList([SpatialBlock(channels, heads, channels // heads, context_dim, audio)])
         self.proj_out = nn.Conv2d(channels, channels, 1)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None, uncond_rows: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None, uncond_rows: int, repeat: int = 1) -> torch.Tensor:
+        """repeat: x is one batch row standing for `repeat` equal rows (see SpatialBlock)."""
         y, f = _frames_to_batch(x)
         bf, c, h, w = y.shape
         t = self.proj_in(self.norm(y)).permute(0, 2, 3, 1).reshape(bf, h * w, c)
-        for block in self.transformer_blocks:
-            t = block(t, context, uncond_rows * f)
+        for k, block in enumerate(self.transformer_blocks):
+            t = block(t, context, uncond_rows * f, repeat if k == 0 else 1)
+        if repeat > 1:
+            y, bf = y.repeat(repeat, 1, 1, 1), bf * repeat
         t = self.proj_out(t.reshape(bf, h, w, c).permute(0, 3, 1, 2))
         return _batch_to_frames(t + y, f)
 
@@ -321,39 +328,42 @@ class LatentSyncUNet(nn.Module):
 
     def forward(self, sample: torch.Tensor, timestep: torch.Tensor | float | int,
                 encoder_hidden_states: torch.Tensor | None = None, uncond_rows: int = 0,
-                emb: torch.Tensor | None = None, deep_cache: dict | None = None, reuse: bool = False) -> torch.Tensor:
+                emb: torch.Tensor | None = None, deep_cache: dict | None = None, reuse: bool = False,
+                shared_rows: bool = False) -> torch.Tensor:
         """sample (b, 13, f, h, w); encoder_hidden_states (b*f, 50, 384) audio windows (frames of batch row 0
         first); uncond_rows: the first n batch rows have all-zero audio (their cross-attention is a constant).
         deep_cache: a dict that keeps the feature entering the last up block (DeepCache's branch 0); reuse: run
         only conv_in, the first down block and the last up block on that kept feature (an approximation: the
-        optional faster mode, pipeline.py)."""
+        optional faster mode, pipeline.py). shared_rows: every batch row of `sample` (and of emb) is the same
+        (the guidance batch: the same latents and conditions, only the audio differs), so everything before the
+        first audio cross-attention - conv_in, the first ResNet block, the first transformer's self-attention -
+        runs on one row (the same values: nothing there mixes rows)."""
+        rows = sample.shape[0]
         if emb is None:
             t = timestep if torch.is_tensor(timestep) else torch.tensor([timestep], device=sample.device)
-            emb = self.time_embed(t.to(sample.device), sample.shape[0], sample.dtype)
+            emb = self.time_embed(t.to(sample.device), rows, sample.dtype)
         ctx = encoder_hidden_states
         # latents not divisible by the upsampling factor: each upsampler takes its skip's size (as the reference)
         odd = any(s % 2 ** (len(self.up_blocks) - 1) for s in sample.shape[-2:])
-        x = self.conv_in(sample)
-        skips = [x]
+        share = shared_rows and rows > 1 and self.add_audio_layer and hasattr(self.down_blocks[0], "attentions")
+        x = self.conv_in(sample[:1] if share else sample)
+        skips = [x.expand(rows, -1, -1, -1, -1) if share else x]
         if reuse:
             if deep_cache is None or "x" not in deep_cache:
                 raise ValueError("reuse=True needs a deep_cache filled by a full step")
-            for resnet, attn, motion in self.down_blocks[0].layers():
-                x = resnet(x, emb)
-                if attn is not None:
-                    x = attn(x, ctx, uncond_rows)
-                if motion is not None:
-                    x = motion(x)
-                skips.append(x)
+            x = self._first_down(x, emb, ctx, uncond_rows, skips, rows if share else 1)
             return self._up(self.up_blocks[-1], deep_cache["x"], skips, emb, ctx, uncond_rows, odd)
-        for stage in self.down_blocks:
-            for resnet, attn, motion in stage.layers():
-                x = resnet(x, emb)
-                if attn is not None:
-                    x = attn(x, ctx, uncond_rows)
-                if motion is not None:
-                    x = motion(x)
-                skips.append(x)
+        for i, stage in enumerate(self.down_blocks):
+            if i == 0:
+                x = self._first_down(x, emb, ctx, uncond_rows, skips, rows if share else 1)
+            else:
+                for resnet, attn, motion in stage.layers():
+                    x = resnet(x, emb)
+                    if attn is not None:
+                        x = attn(x, ctx, uncond_rows)
+                    if motion is not None:
+                        x = motion(x)
+                    skips.append(x)
             if hasattr(stage, "downsamplers"):
                 x = stage.downsamplers[0](x)
                 skips.append(x)
@@ -369,6 +379,23 @@ class LatentSyncUNet(nn.Module):
         if deep_cache is not None:
             deep_cache["x"] = x
         return self._up(self.up_blocks[-1], x, skips, emb, ctx, uncond_rows, odd)
+
+    def _first_down(self, x: torch.Tensor, emb: torch.Tensor, ctx: torch.Tensor | None, uncond_rows: int,
+                    skips: list, repeat: int) -> torch.Tensor:
+        """The first down block's layers (no downsampler). repeat > 1: x is one row of `repeat` equal rows; the
+        first ResNet block and the first transformer's self-attention run on it, the rows part at the audio."""
+        for j, (resnet, attn, motion) in enumerate(self.down_blocks[0].layers()):
+            if j == 0 and repeat > 1:
+                x = resnet(x, emb[:1])
+                x = attn(x, ctx, uncond_rows, repeat)
+            else:
+                x = resnet(x, emb)
+                if attn is not None:
+                    x = attn(x, ctx, uncond_rows)
+            if motion is not None:
+                x = motion(x)
+            skips.append(x)
+        return x
 
     def _up_stage(self, stage: Stage, x: torch.Tensor, skips: list, emb: torch.Tensor, ctx: torch.Tensor | None,
                   uncond_rows: int, odd: bool) -> torch.Tensor:
