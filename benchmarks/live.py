@@ -134,7 +134,7 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
             "server_metrics": metrics, "rows": rows}
 
 
-def drift(minutes: float, size: int = 96) -> dict:
+def drift(minutes: float, size: int = 96, audio_codec: str = "opus") -> dict:
     import av
 
     from digital_human.pipeline.live.encode import FMP4Encoder
@@ -143,7 +143,7 @@ def drift(minutes: float, size: int = 96) -> dict:
     n = int(minutes * 60 * fps)
     every = int(10 * fps)
     path = Path("/tmp") / f"live_drift_{os.getpid()}.mp4"
-    encoder = FMP4Encoder(size, size, fps, rate, spf, bitrate=200_000)
+    encoder = FMP4Encoder(size, size, fps, rate, spf, bitrate=200_000, audio=audio_codec)
     dark = np.zeros((size, size, 3), np.uint8)
     white = np.full((size, size, 3), 255, np.uint8)
     silence = np.zeros(spf, np.int16)
@@ -159,15 +159,18 @@ def drift(minutes: float, size: int = 96) -> dict:
     container = av.open(str(path))
     frames = [float(f.pts * f.time_base) for f in container.decode(video=0) if f.to_ndarray(format="gray").mean() > 128]
     container = av.open(str(path))
-    audio = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
+    blocks = list(container.decode(audio=0))
+    heard = blocks[0].sample_rate  # the decoder's rate (Opus decodes at 48 kHz)
+    first = float(blocks[0].pts * blocks[0].time_base)  # the decoded audio's own start (Opus: after its pre-skip)
+    audio = np.concatenate([f.to_ndarray().reshape(-1) for f in blocks])
     path.unlink()
     loud = np.flatnonzero(np.abs(audio) > 0.2)
-    clicks = [loud[0]] + [b for a, b in zip(loud[:-1], loud[1:]) if b - a > rate]  # first sample of each burst
-    clicks = [c / rate for c in clicks]
+    clicks = [loud[0]] + [b for a, b in zip(loud[:-1], loud[1:]) if b - a > heard]  # first sample of each burst
+    clicks = [first + c / heard for c in clicks]
     pairs = list(zip(frames, clicks))
     offsets = [c - f for f, c in pairs]
     slope = float(np.polyfit([f for f, _ in pairs], offsets, 1)[0]) if len(pairs) > 2 else 0.0
-    return {"minutes": minutes, "ticks": n, "encode_s": round(encode_s, 1), "marks": len(pairs),
+    return {"minutes": minutes, "audio": audio_codec, "ticks": n, "encode_s": round(encode_s, 1), "marks": len(pairs),
             "marks_expected": n // every, "offset_first_ms": round(offsets[0] * 1000, 2),
             "offset_last_ms": round(offsets[-1] * 1000, 2),
             "offset_max_abs_ms": round(max(abs(o) for o in offsets) * 1000, 2),

@@ -93,7 +93,9 @@ def test_cosyvoice_live_stream_first_piece_after_first_hop(cosyvoice):
     spt = sum(sizes) // 40  # samples per speech token (the release's 960; this reduced vocoder's own)
     assert sum(sizes) == 40 * spt
     assert sizes[0] == FIRST_HOP_TOKENS * spt  # the first piece: 8 tokens' audio, made after 8 + lookahead tokens
-    assert sizes[1] == STREAM_HOP_TOKENS * spt and len(sizes) == 3
+    # then hops that double the speech sent, up to STREAM_HOP_TOKENS: 8, 16 (8 + 8 + 16 = 32 of 40), the rest
+    assert sizes[1:3] == [FIRST_HOP_TOKENS * spt, 2 * FIRST_HOP_TOKENS * spt] and len(sizes) == 4
+    assert 2 * FIRST_HOP_TOKENS < STREAM_HOP_TOKENS
     # the same audio length as the offline call of the same seed (the pieces join to about speak's waveform)
     offline, n = rt.speak(rt.text_ids(text), state, torch.Generator().manual_seed(seed), **limits(text))
     assert n == 40 and offline.size == sum(sizes)

@@ -25,7 +25,7 @@ class LiveVoice:
 
     def __init__(self, engine: Any = "kokoro", speaker: Any = None, base_voice: str = "auto",
                  backend: str = "auto", language: str = "auto", speed: float = 1.0,
-                 token_limits: Callable[[str], dict] | None = None) -> None:
+                 token_limits: Callable[[str], dict] | None = None, first_hop_tokens: int | None = None) -> None:
         from ...voice.engines import get_engine
 
         self.engine = get_engine(engine) if isinstance(engine, str) else engine
@@ -33,6 +33,7 @@ class LiveVoice:
         self.speaker, self.base_voice = speaker, base_voice
         self.backend, self.language, self.speed = backend, language, speed
         self.token_limits = token_limits
+        self.first_hop_tokens = first_hop_tokens  # CosyVoice 2's first piece (None: the engine's FIRST_HOP_TOKENS)
         self.prepared: dict[str, int] = {}  # what warm() captured ahead (CosyVoice 2 on CUDA)
         self.engine.check_files()
         self.rate = int(self.engine.sample_rate)
@@ -51,7 +52,9 @@ class LiveVoice:
     def pieces(self, text: str) -> Iterator[Piece]:
         if self.engine_name != "kokoro":
             if hasattr(self.engine, "live_stream") and self.speed == 1.0:
-                stream = self.engine.live_stream(text, self.speaker, language=self.language, limits=self.token_limits)
+                hop = {"first_hop_tokens": self.first_hop_tokens} if self.first_hop_tokens else {}
+                stream = self.engine.live_stream(text, self.speaker, language=self.language, limits=self.token_limits,
+                                                 **hop)
             else:
                 stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
             while True:
