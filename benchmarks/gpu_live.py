@@ -143,6 +143,66 @@ def warm_batches(face, max_rows: int) -> dict:
     return out
 
 
+def tts_profile(voice, hops: list[int], repeats: int) -> dict:
+    """Where CosyVoice 2's first live piece spends its time, for each first hop (speech tokens): the LM's prompt
+    pass to its first token (the fast path reads its tokens back in blocks, the first of first hop + look-ahead
+    tokens: then the time to that block), the tokens drawn before the piece, the flow and HiFT calls (synchronised at
+    each border, so the parts add up to about the total), over `repeats` texts, medians in ms."""
+    import statistics
+
+    import torch
+
+    runtime = voice.engine.runtime()
+    sync = torch.cuda.synchronize if runtime.device.type == "cuda" else (lambda: None)
+    marks: dict = {}
+    tokens0, mel0, wave0 = runtime._tokens, runtime._mel, runtime._wave
+
+    def timed(name, fn):
+        def call(*a, **k):
+            sync()
+            t0 = time.perf_counter()
+            out = fn(*a, **k)
+            sync()
+            marks[name] = marks.get(name, 0.0) + time.perf_counter() - t0
+            return out
+        return call
+
+    def tokens(*a, **k):
+        sync()
+        t0 = time.perf_counter()
+        for i, token in enumerate(tokens0(*a, **k)):
+            if i == 0:
+                marks["first_token"] = time.perf_counter() - t0
+            marks["tokens"] = i + 1
+            yield token
+
+    runtime._tokens, runtime._mel, runtime._wave = tokens, timed("flow", mel0), timed("hift", wave0)
+    out = {}
+    try:
+        for hop in hops:
+            voice.first_hop_tokens = hop
+            rows = []
+            for i in range(repeats):
+                marks.clear()
+                text = ("Thank you for waiting, the package will arrive on Monday morning.", "Yes, of course.",
+                        "I can help you with that.")[i % 3]
+                sync()
+                t0 = time.perf_counter()
+                stream = voice.pieces(text)
+                next(stream)
+                total = time.perf_counter() - t0
+                stream.close()
+                rows.append({"total": total, **{k: v for k, v in marks.items()}})
+            med = lambda key: round(1000 * statistics.median(r.get(key, 0.0) for r in rows), 1)  # noqa: E731
+            out[str(hop)] = {"first_piece_ms": med("total"), "lm_first_tokens_ms": med("first_token"),
+                             "flow_ms": med("flow"), "hift_ms": med("hift"),
+                             "tokens_drawn": statistics.median(r.get("tokens", 0) for r in rows), "n": len(rows)}
+    finally:
+        runtime._tokens, runtime._mel, runtime._wave = tokens0, mel0, wave0
+        voice.first_hop_tokens = None
+    return out
+
+
 def save_state(args: argparse.Namespace) -> None:
     import_pack()
     from digital_human.engines.cosyvoice.random_release import write_random_release
@@ -202,6 +262,10 @@ def server_main(args: argparse.Namespace) -> None:
     max_sessions = max(n for n, _, _ in phases)
     report["warm_step_ms"] = warm_batches(face, 4 * max_sessions)
     report["warm_s"] = round(time.perf_counter() - t0, 1)
+    if args.tts_profile:
+        hop = voice.first_hop_tokens
+        report["tts_profile"] = tts_profile(voice, [8, 4], args.tts_profile)
+        voice.first_hop_tokens = hop
     print(json.dumps({k: v for k, v in report.items() if k != "phases"}), flush=True)
     save()
     manager = SessionManager(face, voice, max_sessions=max_sessions)
@@ -367,6 +431,8 @@ def main() -> None:
                         "another (the websocket stream's audio codec; default opus)")
     parser.add_argument("--first-hop", type=int, default=0, help="CosyVoice 2's first piece in speech tokens "
                         "(0 = the engine's FIRST_HOP_TOKENS)")
+    parser.add_argument("--tts-profile", type=int, default=0, help="before the sessions: CosyVoice 2's first live "
+                        "piece timed by part (prompt + first token, flow, HiFT) this many times for first hops 8 and 4")
     parser.add_argument("--face", default=str(ROOT.parent / "shared" / "data" / "image" / "face_01_female.jpg"))
     parser.add_argument("--face-models", default=os.environ.get("DIGITAL_HUMAN_MODELS", str(ROOT.parent / "models"))
                         + "/face")
