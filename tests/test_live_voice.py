@@ -150,3 +150,41 @@ def test_cosyvoice_live_stream_puts_a_pause_before_the_next_chunk_not_alone(cosy
     pause = int(round(0.35 * 24000))  # text/chunking's sentence pause at 24 kHz
     assert all(float(np.abs(p).max()) >= 1e-4 for p in pieces)  # never silence alone
     assert sum(p.size > pause and not np.any(p[:pause]) for p in pieces[1:]) == 1
+
+
+def test_the_voice_lock_serves_first_pieces_before_later_ones():
+    """Sessions share one TTS engine: while one holds it, a new utterance's first piece (priority 0) that came
+    later is served before another session's later piece (priority 1) that was already waiting; within a
+    priority, in arrival order; one holder at a time."""
+    import threading
+    import time
+
+    from digital_human.pipeline.live.voice import FirstPiecesFirst
+
+    lock, order, inside = FirstPiecesFirst(), [], []
+    release = threading.Event()
+
+    def holder():
+        with lock.hold(1):
+            release.wait(5)
+
+    def waiter(name, priority):
+        with lock.hold(priority):
+            inside.append(name)
+            assert len(inside) == 1
+            order.append(name)
+            time.sleep(0.01)
+            inside.remove(name)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    time.sleep(0.05)
+    for name, priority in (("later-a", 1), ("later-b", 1), ("first-c", 0), ("first-d", 0)):
+        t = threading.Thread(target=waiter, args=(name, priority))
+        t.start()
+        threads.append(t)
+        time.sleep(0.05)  # in this arrival order
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert order == ["first-c", "first-d", "later-a", "later-b"]

@@ -1,12 +1,45 @@
 """The live server's voice: one TTS engine and speaker shared by every session; text -> pieces as they are made."""
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+
+class FirstPiecesFirst:
+    """The voice's lock, served by (priority, arrival) instead of whoever wakes first: an utterance's first piece
+    (priority 0) goes before later pieces (1) of other sessions. Why: the engine is shared and its calls are
+    serialised, so with 8 sessions a new utterance's first piece queued behind up to 7 other sessions' later
+    pieces (each a hop of the LM + flow + vocoder); a later piece has slack (the speech already made plays
+    meanwhile), a first piece is the latency a person waits for. Within a priority, first come first served."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._busy = False
+        self._waiting: list[tuple[int, int]] = []  # heap of (priority, ticket)
+        self._tickets = itertools.count()
+
+    @contextmanager
+    def hold(self, priority: int = 1) -> Iterator[None]:
+        with self._cv:
+            mine = (int(priority), next(self._tickets))
+            heapq.heappush(self._waiting, mine)
+            while self._busy or self._waiting[0] != mine:
+                self._cv.wait()
+            heapq.heappop(self._waiting)
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
 
 
 @dataclass
@@ -19,8 +52,8 @@ class LiveVoice:
     """engine + speaker (+ a bundled Kokoro voice); `pieces(text)` yields speech as it is made: Kokoro sentence by
     sentence with the first sentence cut short (text/chunking.split_first_piece: the first audio after a few
     words' synthesis, not a whole sentence's); CosyVoice 2 through its live stream (the LM's tokens vocoded every
-    hop, the first piece after FIRST_HOP_TOKENS); other engines as their `stream` yields. One lock: the engines'
-    sessions are shared. `engine` may be an engine object already made (benchmarks: a given release folder).
+    hop, the first piece after FIRST_HOP_TOKENS); other engines as their `stream` yields. One lock (first pieces
+    first: FirstPiecesFirst): the engines' sessions are shared. `engine` may be an engine object already made (benchmarks: a given release folder).
     token_limits: CosyVoice 2 only, text -> {"min_tokens", "max_tokens"} (benchmarks on random weights)."""
 
     def __init__(self, engine: Any = "kokoro", speaker: Any = None, base_voice: str = "auto",
@@ -37,7 +70,7 @@ class LiveVoice:
         self.prepared: dict[str, int] = {}  # what warm() captured ahead (CosyVoice 2 on CUDA)
         self.engine.check_files()
         self.rate = int(self.engine.sample_rate)
-        self._lock = threading.Lock()
+        self._lock = FirstPiecesFirst()
 
     def warm(self, max_speech_seconds: float = 20.0) -> Piece:
         """One short sentence, so that no utterance pays the model load; and
@@ -45,7 +78,7 @@ class LiveVoice:
         `max_speech_seconds` needs now: a capture while sessions run the talking head on other threads would stall
         the stream (and, in CUDA's global capture mode, fail)."""
         if hasattr(self.engine, "prepare_live") and self.speaker is not None:
-            with self._lock:
+            with self._lock.hold(0):
                 self.prepared = self.engine.prepare_live(self.speaker, max_speech_seconds)
         return list(self.pieces("Hello."))[0]
 
@@ -57,8 +90,8 @@ class LiveVoice:
                                                  **hop)
             else:
                 stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
-            while True:
-                with self._lock:
+            for i in itertools.count():
+                with self._lock.hold(0 if i == 0 else 1):
                     wave = next(stream, None)
                 if wave is None:
                     return
@@ -66,8 +99,8 @@ class LiveVoice:
         from ...text.chunking import split_first_piece, split_sentences
         from ...voice.tts import synthesize_speech
 
-        for sentence in split_first_piece(split_sentences(text)):
-            with self._lock:
+        for i, sentence in enumerate(split_first_piece(split_sentences(text))):
+            with self._lock.hold(0 if i == 0 else 1):
                 result = synthesize_speech(sentence.text, self.speaker, language=self.language, speed=self.speed,
                                            backend=self.backend, base_voice=self.base_voice)
             pause = np.zeros(int(round(sentence.pause_after_s * result.sample_rate)), np.float32)
