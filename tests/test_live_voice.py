@@ -188,3 +188,21 @@ def test_the_voice_lock_serves_first_pieces_before_later_ones():
     for t in threads:
         t.join(5)
     assert order == ["first-c", "first-d", "later-a", "later-b"]
+
+
+def test_kokoro_pieces_lose_their_edge_silence_but_no_phone():
+    """Kokoro pads every synthesis with ~0.3 s of silence at each end: a live piece keeps LEAD_KEEP_S before its
+    first sound and TAIL_KEEP_S after its last, and its phone times move with the cut."""
+    from digital_human.pipeline.live.voice import LEAD_KEEP_S, TAIL_KEEP_S, trim_edges
+
+    rate = 24000
+    wave = np.zeros(rate, np.float32)
+    wave[int(0.3 * rate):int(0.7 * rate)] = 0.5 * np.sin(np.arange(int(0.4 * rate)) * 0.3)
+    phones = [("h", 0.28, 0.4), ("i", 0.4, 0.72)]  # the last phone runs a little past the sound
+    out, moved = trim_edges(wave, rate, phones)
+    start = 0.28 - LEAD_KEEP_S  # the first phone starts before the first sound: the phones are never cut
+    assert abs(len(out) / rate - (0.72 + TAIL_KEEP_S - start)) < 2 / rate
+    assert moved == [("h", round(0.28 - start, 6), round(0.4 - start, 6)), ("i", round(0.4 - start, 6), round(0.72 - start, 6))]
+    np.testing.assert_array_equal(out, wave[int(round(start * rate)):int(round(start * rate)) + len(out)])
+    silent = np.zeros(100, np.float32)
+    assert trim_edges(silent, rate)[0] is silent  # nothing to find: unchanged

@@ -42,6 +42,32 @@ class FirstPiecesFirst:
                 self._cv.notify_all()
 
 
+LEAD_KEEP_S = 0.08   # silence kept before a Kokoro piece's first sound (room for the mouth's anticipation)
+TAIL_KEEP_S = 0.10   # and after its last (the decay of the last phone)
+
+
+def trim_edges(wave: np.ndarray, rate: int, phones: Any = None, floor: float = 0.02) -> tuple[np.ndarray, Any]:
+    """(wave, phones) with the silence at both ends cut to LEAD_KEEP_S / TAIL_KEEP_S; phone times moved with it.
+    Why: Kokoro starts and ends every synthesis with ~0.3 s of silence (its pad tokens), so live speech was heard
+    ~0.3 s after its first frame, and a first sentence cut in two (split_first_piece) had a ~0.6-s hole at the cut.
+    "Sound" = above `floor` x the piece's peak; the phones' own span is never cut."""
+    wave = np.asarray(wave, np.float32)
+    peak = float(np.abs(wave).max()) if wave.size else 0.0
+    loud = np.flatnonzero(np.abs(wave) > floor * peak) if peak > 0 else np.zeros(0, np.int64)
+    if not loud.size:
+        return wave, phones
+    first, last = int(loud[0]), int(loud[-1])
+    if phones:
+        first = min(first, int(float(phones[0][1]) * rate))
+        last = max(last, int(float(phones[-1][2]) * rate) - 1)
+    a = max(0, first - int(round(LEAD_KEEP_S * rate)))
+    b = min(len(wave), last + 1 + int(round(TAIL_KEEP_S * rate)))
+    if phones:
+        shift = a / float(rate)
+        phones = [(p[0], round(float(p[1]) - shift, 6), round(float(p[2]) - shift, 6), *p[3:]) for p in phones]
+    return wave[a:b], phones
+
+
 @dataclass
 class Piece:
     wave: np.ndarray          # float32 mono at the voice's rate
@@ -103,5 +129,6 @@ class LiveVoice:
             with self._lock.hold(0 if i == 0 else 1):
                 result = synthesize_speech(sentence.text, self.speaker, language=self.language, speed=self.speed,
                                            backend=self.backend, base_voice=self.base_voice)
+            wave, phones = trim_edges(result.waveform, result.sample_rate, result.phones)
             pause = np.zeros(int(round(sentence.pause_after_s * result.sample_rate)), np.float32)
-            yield Piece(np.concatenate([result.waveform, pause]), result.phones)
+            yield Piece(np.concatenate([wave, pause]), phones)
