@@ -81,7 +81,7 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
     url = server.url
     status, body = http(url, "POST", "/sessions")
     sid = body["id"]
-    client = LiveClient(url, sid, keep_frames=False)
+    client = LiveClient(url, sid, keep_frames=False, audio=args.ws_audio)
     session = manager.get(sid)
     client.wait_for(lambda d: len(d.video) > 10, 30)
     rows = []
@@ -106,7 +106,7 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
             client.wait_for(lambda d: bool(d.audio) and d.audio[-1][0] >= t0, 10)
             with client.lock:
                 first_shown = min((arrival for t, arrival, _ in client.decoded.video if t >= t0 - 1e-3), default=None)
-                # the decoded audio block that holds the speech's first sample (AAC's encoder and decoder delay)
+                # the decoded audio block that holds the speech's first sample (the audio codec's encoder and decoder delay)
                 first_heard = min((arrival for t, arrival, pcm in client.decoded.audio
                                    if t + len(pcm) / manager.voice.rate > t0 + 1e-3), default=None)
         rows.append({"i": i, "chars": len(text), "state": utterance.state, "audio_s": round(utterance.audio_seconds, 3),
@@ -231,7 +231,8 @@ def drift_realtime(args: argparse.Namespace) -> dict:
 
     status, body = http(url, "POST", "/sessions")
     sid = body["id"]
-    client = LiveClient(url, sid, keep_frames=False, on_video=on_video, on_audio=on_audio, keep_audio=False)
+    client = LiveClient(url, sid, keep_frames=False, on_video=on_video, on_audio=on_audio, keep_audio=False,
+                        audio=args.ws_audio)
     session = manager.get(sid)
     start, said, next_say = time.perf_counter(), 0, 0.0
     frame0 = session.clock_frame
@@ -289,15 +290,17 @@ def main() -> None:
                         "lag per utterance from start to end (see drift_realtime)")
     parser.add_argument("--say-every", type=float, default=20.0, help="seconds between texts in that stream")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--ws-audio", choices=("opus", "aac"), default="opus", help="the websocket stream's audio "
+                        "codec (and the time-compressed drift part's)")
     args = parser.parse_args()
     os.environ.setdefault("DIGITAL_HUMAN_MODELS", str(REPO.parent / "models"))
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     report = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "machine": f"{platform.node()} "
               f"({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
-              "load_avg_before": os.getloadavg()[0]}
+              "load_avg_before": os.getloadavg()[0], "ws_audio": args.ws_audio}
     if args.drift_minutes > 0:
-        report["drift"] = drift(args.drift_minutes)
+        report["drift"] = drift(args.drift_minutes, audio_codec=args.ws_audio)
         print(json.dumps(report["drift"]), flush=True)
     if args.drift_realtime_minutes > 0:
         report["drift_realtime"] = drift_realtime(args)
