@@ -65,7 +65,7 @@ def speaker_state(folder: Path) -> dict:
     return CosyVoice2Runtime(folder, "cpu").speaker_state(clip, 24000, PROMPT_TEXT)
 
 
-def build_voice(size: str, device: str, folder: Path, state_file: str = ""):
+def build_voice(size: str, device: str, folder: Path, state_file: str = "", first_hop: int = 0):
     import gc
 
     from digital_human.engines.cosyvoice.engine import CosyVoice2Engine
@@ -84,7 +84,7 @@ def build_voice(size: str, device: str, folder: Path, state_file: str = ""):
     base = SpeakerProfile(embedding=np.ones(256, np.float32) / 16, segment_embeddings=np.zeros((0, 256), np.float32),
                           content_hash="synthetic", speech_seconds=3.0, name="random")
     speaker = with_engine_state(base, "cosyvoice2", state)
-    return LiveVoice(engine, speaker, token_limits=token_limits)
+    return LiveVoice(engine, speaker, token_limits=token_limits, first_hop_tokens=first_hop or None)
 
 
 def place_musetalk(size: str, device: str, root: Path) -> None:
@@ -143,6 +143,66 @@ def warm_batches(face, max_rows: int) -> dict:
     return out
 
 
+def tts_profile(voice, hops: list[int], repeats: int) -> dict:
+    """Where CosyVoice 2's first live piece spends its time, for each first hop (speech tokens): the LM's prompt
+    pass to its first token (the fast path reads its tokens back in blocks, the first of first hop + look-ahead
+    tokens: then the time to that block), the tokens drawn before the piece, the flow and HiFT calls (synchronised at
+    each border, so the parts add up to about the total), over `repeats` texts, medians in ms."""
+    import statistics
+
+    import torch
+
+    runtime = voice.engine.runtime()
+    sync = torch.cuda.synchronize if runtime.device.type == "cuda" else (lambda: None)
+    marks: dict = {}
+    tokens0, mel0, wave0 = runtime._tokens, runtime._mel, runtime._wave
+
+    def timed(name, fn):
+        def call(*a, **k):
+            sync()
+            t0 = time.perf_counter()
+            out = fn(*a, **k)
+            sync()
+            marks[name] = marks.get(name, 0.0) + time.perf_counter() - t0
+            return out
+        return call
+
+    def tokens(*a, **k):
+        sync()
+        t0 = time.perf_counter()
+        for i, token in enumerate(tokens0(*a, **k)):
+            if i == 0:
+                marks["first_token"] = time.perf_counter() - t0
+            marks["tokens"] = i + 1
+            yield token
+
+    runtime._tokens, runtime._mel, runtime._wave = tokens, timed("flow", mel0), timed("hift", wave0)
+    out = {}
+    try:
+        for hop in hops:
+            voice.first_hop_tokens = hop
+            rows = []
+            for i in range(repeats):
+                marks.clear()
+                text = ("Thank you for waiting, the package will arrive on Monday morning.", "Yes, of course.",
+                        "I can help you with that.")[i % 3]
+                sync()
+                t0 = time.perf_counter()
+                stream = voice.pieces(text)
+                next(stream)
+                total = time.perf_counter() - t0
+                stream.close()
+                rows.append({"total": total, **{k: v for k, v in marks.items()}})
+            med = lambda key: round(1000 * statistics.median(r.get(key, 0.0) for r in rows), 1)  # noqa: E731
+            out[str(hop)] = {"first_piece_ms": med("total"), "lm_first_tokens_ms": med("first_token"),
+                             "flow_ms": med("flow"), "hift_ms": med("hift"),
+                             "tokens_drawn": statistics.median(r.get("tokens", 0) for r in rows), "n": len(rows)}
+    finally:
+        runtime._tokens, runtime._mel, runtime._wave = tokens0, mel0, wave0
+        voice.first_hop_tokens = None
+    return out
+
+
 def save_state(args: argparse.Namespace) -> None:
     import_pack()
     from digital_human.engines.cosyvoice.random_release import write_random_release
@@ -168,19 +228,20 @@ def server_main(args: argparse.Namespace) -> None:
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    phases = [tuple(int(v) for v in p.split(":")) for p in args.phases.split(",")]
+    phases = [parse_phase(p) for p in args.phases.split(",")]
     report = {"benchmark": "gpu_live", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "commit": args.commit, "size": args.size, "device": args.device,
               "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
               "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
-              "tokens_per_char": round(TOKENS_PER_CHAR, 4), "phases": []}
+              "tokens_per_char": round(TOKENS_PER_CHAR, 4), "first_hop_tokens": args.first_hop or "default",
+              "phases": []}
 
     def save() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1))
 
     t0 = time.perf_counter()
-    voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state)
+    voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state, args.first_hop)
     report["voice_build_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     models = work / "models"
@@ -191,38 +252,45 @@ def server_main(args: argparse.Namespace) -> None:
     place_musetalk(args.size, args.device, models)
     face = LiveFace(Path(args.face), model="musetalk", max_side=512)
     report["face"] = face.report.splitlines()[0]
+    stream = getattr(face, "_stream", None)
+    report["face_prepared_once_s"] = None if stream is None else round(stream.prepare_seconds, 3)
     report["face_build_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     piece = voice.warm(max_speech_seconds=max(token_limits("x" * 10 ** 4)["max_tokens"] / 25, 20.0))
     report["voice_prepared"] = voice.prepared
     face.warm(piece.wave, voice.rate)
-    max_sessions = max(n for n, _ in phases)
+    max_sessions = max(n for n, _, _ in phases)
     report["warm_step_ms"] = warm_batches(face, 4 * max_sessions)
     report["warm_s"] = round(time.perf_counter() - t0, 1)
+    if args.tts_profile:
+        hop = voice.first_hop_tokens
+        report["tts_profile"] = tts_profile(voice, [8, 4], args.tts_profile)
+        voice.first_hop_tokens = hop
     print(json.dumps({k: v for k, v in report.items() if k != "phases"}), flush=True)
     save()
     manager = SessionManager(face, voice, max_sessions=max_sessions)
     server = RunningServer(LiveServer(manager))
     start = time.perf_counter()
     try:
-        for sessions, utterances in phases:
+        for sessions, utterances, audio in phases:
             left = args.budget_s - (time.perf_counter() - start) if args.budget_s else 0
             if args.budget_s and left < 20:
-                report["phases"].append({"sessions": sessions, "skipped": f"--budget-s {args.budget_s} reached"})
+                report["phases"].append({"sessions": sessions, "audio": audio,
+                                         "skipped": f"--budget-s {args.budget_s} reached"})
                 continue
             manager.metrics = StageMetrics()  # this phase's sessions' figures only
             pipe_stats = _batcher_stats()
             out = work / f"clients_{sessions}.json"
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--client", server.url, "--sessions", str(sessions),
-                   "--utterances", str(utterances), "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
+            cmd = [sys.executable, *(["-S"] if sys.flags.no_site else []), str(Path(__file__).resolve()), "--client", server.url, "--sessions", str(sessions),
+                   "--utterances", str(utterances), "--ws-audio", audio, "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
                                                                                         args.budget_s else 0)]
             t1 = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(60, left + 30) if args.budget_s
                                   else None)
             phase = json.loads(out.read_text()) if out.is_file() else {"error": proc.stderr[-3000:]}
-            phase.update(sessions=sessions, wall_s=round(time.perf_counter() - t1, 1),
+            phase.update(sessions=sessions, audio=audio, wall_s=round(time.perf_counter() - t1, 1),
                          server_metrics=http(server.url, "GET", "/metrics")[1], batcher=_batcher_delta(pipe_stats))
-            if proc.returncode:
+            if proc.returncode or not phase.get("utterances"):
                 phase["client_stderr"] = proc.stderr[-2000:]
             report["phases"].append(phase)
             print(json.dumps({k: v for k, v in phase.items() if k not in ("rows", "server_metrics")}), flush=True)
@@ -230,6 +298,15 @@ def server_main(args: argparse.Namespace) -> None:
     finally:
         server.stop()
     save()
+
+
+def parse_phase(spec: str) -> tuple[int, int, str]:
+    """SESSIONS:UTTERANCES[:AUDIO] -> (sessions, utterances, the websocket's audio codec)."""
+    parts = spec.split(":")
+    audio = parts[2] if len(parts) > 2 else "opus"
+    if len(parts) not in (2, 3) or audio not in ("opus", "aac"):
+        raise SystemExit(f"--phases: {spec!r} is not SESSIONS:UTTERANCES[:opus|aac]")
+    return int(parts[0]), int(parts[1]), audio
 
 
 def _batcher_stats() -> tuple[int, int]:
@@ -265,7 +342,7 @@ def client_main(args: argparse.Namespace) -> None:
             barrier.abort()
             return
         sid, rate = body["id"], body["sample_rate"]
-        client = LiveClient(args.client, sid, keep_frames=False)
+        client = LiveClient(args.client, sid, keep_frames=False, audio=args.ws_audio)
         client.wait_for(lambda d: len(d.video) > 10, 30)
         try:
             barrier.wait(60)
@@ -350,7 +427,12 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--size", choices=("full", "reduced"), default="full")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--phases", default="1:16,8:104", help="SESSIONS:UTTERANCES,... run one after another")
+    parser.add_argument("--phases", default="1:16,8:104", help="SESSIONS:UTTERANCES[:opus|aac],... run one after "
+                        "another (the websocket stream's audio codec; default opus)")
+    parser.add_argument("--first-hop", type=int, default=0, help="CosyVoice 2's first piece in speech tokens "
+                        "(0 = the engine's FIRST_HOP_TOKENS)")
+    parser.add_argument("--tts-profile", type=int, default=0, help="before the sessions: CosyVoice 2's first live "
+                        "piece timed by part (prompt + first token, flow, HiFT) this many times for first hops 8 and 4")
     parser.add_argument("--face", default=str(ROOT.parent / "shared" / "data" / "image" / "face_01_female.jpg"))
     parser.add_argument("--face-models", default=os.environ.get("DIGITAL_HUMAN_MODELS", str(ROOT.parent / "models"))
                         + "/face")
@@ -366,6 +448,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--utterances", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--deadline-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--ws-audio", default="opus", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
         client_main(args)

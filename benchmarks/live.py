@@ -81,7 +81,7 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
     url = server.url
     status, body = http(url, "POST", "/sessions")
     sid = body["id"]
-    client = LiveClient(url, sid, keep_frames=False)
+    client = LiveClient(url, sid, keep_frames=False, audio=args.ws_audio)
     session = manager.get(sid)
     client.wait_for(lambda d: len(d.video) > 10, 30)
     rows = []
@@ -106,7 +106,7 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
             client.wait_for(lambda d: bool(d.audio) and d.audio[-1][0] >= t0, 10)
             with client.lock:
                 first_shown = min((arrival for t, arrival, _ in client.decoded.video if t >= t0 - 1e-3), default=None)
-                # the decoded audio block that holds the speech's first sample (AAC's encoder and decoder delay)
+                # the decoded audio block that holds the speech's first sample (the audio codec's encoder and decoder delay)
                 first_heard = min((arrival for t, arrival, pcm in client.decoded.audio
                                    if t + len(pcm) / manager.voice.rate > t0 + 1e-3), default=None)
         rows.append({"i": i, "chars": len(text), "state": utterance.state, "audio_s": round(utterance.audio_seconds, 3),
@@ -134,7 +134,7 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
             "server_metrics": metrics, "rows": rows}
 
 
-def drift(minutes: float, size: int = 96) -> dict:
+def drift(minutes: float, size: int = 96, audio_codec: str = "opus") -> dict:
     import av
 
     from digital_human.pipeline.live.encode import FMP4Encoder
@@ -143,7 +143,7 @@ def drift(minutes: float, size: int = 96) -> dict:
     n = int(minutes * 60 * fps)
     every = int(10 * fps)
     path = Path("/tmp") / f"live_drift_{os.getpid()}.mp4"
-    encoder = FMP4Encoder(size, size, fps, rate, spf, bitrate=200_000)
+    encoder = FMP4Encoder(size, size, fps, rate, spf, bitrate=200_000, audio=audio_codec)
     dark = np.zeros((size, size, 3), np.uint8)
     white = np.full((size, size, 3), 255, np.uint8)
     silence = np.zeros(spf, np.int16)
@@ -159,15 +159,18 @@ def drift(minutes: float, size: int = 96) -> dict:
     container = av.open(str(path))
     frames = [float(f.pts * f.time_base) for f in container.decode(video=0) if f.to_ndarray(format="gray").mean() > 128]
     container = av.open(str(path))
-    audio = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
+    blocks = list(container.decode(audio=0))
+    heard = blocks[0].sample_rate  # the decoder's rate (Opus decodes at 48 kHz)
+    first = float(blocks[0].pts * blocks[0].time_base)  # the decoded audio's own start (Opus: after its pre-skip)
+    audio = np.concatenate([f.to_ndarray().reshape(-1) for f in blocks])
     path.unlink()
     loud = np.flatnonzero(np.abs(audio) > 0.2)
-    clicks = [loud[0]] + [b for a, b in zip(loud[:-1], loud[1:]) if b - a > rate]  # first sample of each burst
-    clicks = [c / rate for c in clicks]
+    clicks = [loud[0]] + [b for a, b in zip(loud[:-1], loud[1:]) if b - a > heard]  # first sample of each burst
+    clicks = [first + c / heard for c in clicks]
     pairs = list(zip(frames, clicks))
     offsets = [c - f for f, c in pairs]
     slope = float(np.polyfit([f for f, _ in pairs], offsets, 1)[0]) if len(pairs) > 2 else 0.0
-    return {"minutes": minutes, "ticks": n, "encode_s": round(encode_s, 1), "marks": len(pairs),
+    return {"minutes": minutes, "audio": audio_codec, "ticks": n, "encode_s": round(encode_s, 1), "marks": len(pairs),
             "marks_expected": n // every, "offset_first_ms": round(offsets[0] * 1000, 2),
             "offset_last_ms": round(offsets[-1] * 1000, 2),
             "offset_max_abs_ms": round(max(abs(o) for o in offsets) * 1000, 2),
@@ -228,7 +231,8 @@ def drift_realtime(args: argparse.Namespace) -> dict:
 
     status, body = http(url, "POST", "/sessions")
     sid = body["id"]
-    client = LiveClient(url, sid, keep_frames=False, on_video=on_video, on_audio=on_audio, keep_audio=False)
+    client = LiveClient(url, sid, keep_frames=False, on_video=on_video, on_audio=on_audio, keep_audio=False,
+                        audio=args.ws_audio)
     session = manager.get(sid)
     start, said, next_say = time.perf_counter(), 0, 0.0
     frame0 = session.clock_frame
@@ -286,15 +290,17 @@ def main() -> None:
                         "lag per utterance from start to end (see drift_realtime)")
     parser.add_argument("--say-every", type=float, default=20.0, help="seconds between texts in that stream")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--ws-audio", choices=("opus", "aac"), default="opus", help="the websocket stream's audio "
+                        "codec (and the time-compressed drift part's)")
     args = parser.parse_args()
     os.environ.setdefault("DIGITAL_HUMAN_MODELS", str(REPO.parent / "models"))
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     report = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "machine": f"{platform.node()} "
               f"({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
-              "load_avg_before": os.getloadavg()[0]}
+              "load_avg_before": os.getloadavg()[0], "ws_audio": args.ws_audio}
     if args.drift_minutes > 0:
-        report["drift"] = drift(args.drift_minutes)
+        report["drift"] = drift(args.drift_minutes, audio_codec=args.ws_audio)
         print(json.dumps(report["drift"]), flush=True)
     if args.drift_realtime_minutes > 0:
         report["drift_realtime"] = drift_realtime(args)

@@ -368,6 +368,8 @@ def test_browser_page_shows_the_mouth_moving(live, tmp_path):
             await call("Page.navigate", url=url + "/")
             assert await until("window.__live && window.__live.framesShown > 5", 30), await js("JSON.stringify(window.__live)")
             idle = image(await js(grab))
+            # Chromium's Media Source Extensions play H.264 + Opus in MP4: the page takes Opus (lower latency)
+            assert await js("window.__live.audio") == "opus"
             await js("document.getElementById('text').value = 'Hello there, how are you today?';"
                      " document.getElementById('say').click(); true")
             assert await until("window.__live.shown.length > 0", 60), await js("JSON.stringify(window.__live)")

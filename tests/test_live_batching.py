@@ -152,3 +152,23 @@ def test_a_silent_piece_is_the_idle_face_not_a_model_error(musetalk_face):
     face, _ = musetalk_face
     frames = list(face.speech(np.zeros(3 * 640, np.float32), 16000, 5))
     assert len(frames) == 3 and all(np.array_equal(f, face.idle(5 + i)) for i, f in enumerate(frames))
+
+
+def test_the_prepared_photo_makes_the_crops_of_a_fresh_musetalk_request(musetalk_face, data_dir):
+    """Live mode prepares the photo once (PhotoStream: box, paste mask, reference latents) and then makes only
+    each piece's windows and steps: its crops equal those of a full musetalk_crops request on the same photo and
+    speech, and its paste mask is the request's."""
+    from digital_human.talking_head.musetalk.crops import musetalk_crops
+
+    face, _ = musetalk_face
+    assert face._stream is not None
+    wave, sr = _speech(data_dir, 2.0, 11)
+    got = np.concatenate(list(face._stream.crops(wave, sr)))
+    ref = musetalk_crops(face.track, wave, sr, 25.0, loop_mode="hold", batch_size=4)
+    assert got.shape == ref.crops.shape == (11, face.track.crop_size, face.track.crop_size, 3)
+    np.testing.assert_array_equal(got, ref.crops)
+    np.testing.assert_array_equal(face._stream.mask, ref.mask(0))
+    # a second piece reuses the latents (no new VAE encode): the cache holds the one photo entry
+    again = np.concatenate(list(face._stream.crops(wave, sr)))
+    np.testing.assert_array_equal(again, got)
+    assert len(face._stream._latents) == 1

@@ -93,7 +93,9 @@ def test_cosyvoice_live_stream_first_piece_after_first_hop(cosyvoice):
     spt = sum(sizes) // 40  # samples per speech token (the release's 960; this reduced vocoder's own)
     assert sum(sizes) == 40 * spt
     assert sizes[0] == FIRST_HOP_TOKENS * spt  # the first piece: 8 tokens' audio, made after 8 + lookahead tokens
-    assert sizes[1] == STREAM_HOP_TOKENS * spt and len(sizes) == 3
+    # then hops that double the speech sent, up to STREAM_HOP_TOKENS: 8, 16 (8 + 8 + 16 = 32 of 40), the rest
+    assert sizes[1:3] == [FIRST_HOP_TOKENS * spt, 2 * FIRST_HOP_TOKENS * spt] and len(sizes) == 4
+    assert 2 * FIRST_HOP_TOKENS < STREAM_HOP_TOKENS
     # the same audio length as the offline call of the same seed (the pieces join to about speak's waveform)
     offline, n = rt.speak(rt.text_ids(text), state, torch.Generator().manual_seed(seed), **limits(text))
     assert n == 40 and offline.size == sum(sizes)
@@ -148,3 +150,59 @@ def test_cosyvoice_live_stream_puts_a_pause_before_the_next_chunk_not_alone(cosy
     pause = int(round(0.35 * 24000))  # text/chunking's sentence pause at 24 kHz
     assert all(float(np.abs(p).max()) >= 1e-4 for p in pieces)  # never silence alone
     assert sum(p.size > pause and not np.any(p[:pause]) for p in pieces[1:]) == 1
+
+
+def test_the_voice_lock_serves_first_pieces_before_later_ones():
+    """Sessions share one TTS engine: while one holds it, a new utterance's first piece (priority 0) that came
+    later is served before another session's later piece (priority 1) that was already waiting; within a
+    priority, in arrival order; one holder at a time."""
+    import threading
+    import time
+
+    from digital_human.pipeline.live.voice import FirstPiecesFirst
+
+    lock, order, inside = FirstPiecesFirst(), [], []
+    release = threading.Event()
+
+    def holder():
+        with lock.hold(1):
+            release.wait(5)
+
+    def waiter(name, priority):
+        with lock.hold(priority):
+            inside.append(name)
+            assert len(inside) == 1
+            order.append(name)
+            time.sleep(0.01)
+            inside.remove(name)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    time.sleep(0.05)
+    for name, priority in (("later-a", 1), ("later-b", 1), ("first-c", 0), ("first-d", 0)):
+        t = threading.Thread(target=waiter, args=(name, priority))
+        t.start()
+        threads.append(t)
+        time.sleep(0.05)  # in this arrival order
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert order == ["first-c", "first-d", "later-a", "later-b"]
+
+
+def test_kokoro_pieces_lose_their_edge_silence_but_no_phone():
+    """Kokoro pads every synthesis with ~0.3 s of silence at each end: a live piece keeps LEAD_KEEP_S before its
+    first sound and TAIL_KEEP_S after its last, and its phone times move with the cut."""
+    from digital_human.pipeline.live.voice import LEAD_KEEP_S, TAIL_KEEP_S, trim_edges
+
+    rate = 24000
+    wave = np.zeros(rate, np.float32)
+    wave[int(0.3 * rate):int(0.7 * rate)] = 0.5 * np.sin(np.arange(int(0.4 * rate)) * 0.3)
+    phones = [("h", 0.28, 0.4), ("i", 0.4, 0.72)]  # the last phone runs a little past the sound
+    out, moved = trim_edges(wave, rate, phones)
+    start = 0.28 - LEAD_KEEP_S  # the first phone starts before the first sound: the phones are never cut
+    assert abs(len(out) / rate - (0.72 + TAIL_KEEP_S - start)) < 2 / rate
+    assert moved == [("h", round(0.28 - start, 6), round(0.4 - start, 6)), ("i", round(0.4 - start, 6), round(0.72 - start, 6))]
+    np.testing.assert_array_equal(out, wave[int(round(start * rate)):int(round(start * rate)) + len(out)])
+    silent = np.zeros(100, np.float32)
+    assert trim_edges(silent, rate)[0] is silent  # nothing to find: unchanged

@@ -287,7 +287,8 @@ class CosyVoice2Runtime:
                      hift_generator: torch.Generator | None = None, hop_tokens: int = STREAM_HOP_TOKENS,
                      first_hop_tokens: int | None = None, **limits: Any) -> Iterator[np.ndarray]:
         """One chunk as audio pieces while the LM is still generating (time to first audio ~ hop_tokens steps;
-        first_hop_tokens: the first piece's, when smaller - live mode starts speaking sooner).
+        first_hop_tokens: the first piece's, when smaller - live mode starts speaking sooner; the hops after it
+        then grow from it to hop_tokens, doubling the speech sent).
 
         Each piece re-runs the (full-context, offline) flow on every token so far and vocodes the mel frames
         not yet sent, minus the last pre_lookahead_len tokens' frames (they change when the next tokens
@@ -317,9 +318,18 @@ class CosyVoice2Runtime:
         first = max(1, int(first_hop_tokens or hop_tokens))
         if first_hop_tokens:  # a device sampler reads its first block back as soon as the first piece can be made
             limits = {**limits, "first_readback": first + lookahead}
+
+        def hop() -> int:
+            """Tokens before the next piece. After a short first piece the hops grow (the tokens sent so far, up to
+            hop_tokens): 8, 8, 16, 25, ... - the second piece must come before the first has been played, and a
+            whole hop_tokens after a 0.32-s first piece would leave the talking head waiting."""
+            if not sent:
+                return first
+            return min(hop_tokens, max(first, sent // 2)) if first_hop_tokens else hop_tokens
+
         for token in self._tokens(x, generator, **limits):
             tokens.append(token)
-            if 2 * (len(tokens) - lookahead) - sent >= 2 * (hop_tokens if sent else first):
+            if 2 * (len(tokens) - lookahead) - sent >= 2 * hop():
                 yield piece(False)
         if tokens and 2 * len(tokens) > sent:
             yield piece(True)

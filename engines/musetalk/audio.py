@@ -14,6 +14,7 @@ against the video); the runtime uses the real fps. Frame counts follow the share
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -40,10 +41,66 @@ def resample_16k(wave: np.ndarray, rate: int) -> np.ndarray:
 
 
 def feature_extractor(whisper_dir: Any) -> Any:
-    """whisper's log-mel extractor with the release's preprocessor_config.json (local files only)."""
-    from transformers import WhisperFeatureExtractor
+    """whisper's log-mel extractor with the release's preprocessor_config.json (local files only); kept per
+    folder and file time (live mode asks for it once per speech piece)."""
+    from pathlib import Path
 
-    return WhisperFeatureExtractor.from_pretrained(str(whisper_dir), local_files_only=True)
+    config = Path(whisper_dir) / "preprocessor_config.json"
+    try:
+        stamp = config.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    key = (str(whisper_dir), stamp)
+    with _EXTRACTORS_LOCK:
+        hit = _EXTRACTORS.get(key)
+    if hit is None:
+        from transformers import WhisperFeatureExtractor
+
+        hit = WhisperFeatureExtractor.from_pretrained(str(whisper_dir), local_files_only=True)
+        with _EXTRACTORS_LOCK:
+            _EXTRACTORS.clear()  # one release at a time
+            _EXTRACTORS[key] = hit
+    return hit
+
+
+_EXTRACTORS: dict = {}
+_EXTRACTORS_LOCK = threading.Lock()
+
+
+def _short_mel_usable(extractor: Any) -> bool:
+    """Whether log_mel can stand in for this extractor: the torch log-mel of whisper's recipe (no dither, no
+    normalisation; the attributes it reads)."""
+    return (all(hasattr(extractor, a) for a in ("n_fft", "hop_length", "n_samples", "mel_filters"))
+            and not getattr(extractor, "dither", 0.0) and not getattr(extractor, "do_normalize", False))
+
+
+def log_mel(extractor: Any, wave16k: np.ndarray, device: Any = "cpu") -> Any:
+    """torch [1, bins, n_samples / hop] float32 on `device`: the extractor's log-mel of `wave16k` (at most one
+    30-s segment) zero-padded to 30 s, computed over the speech only. Why: whisper pads every call to 30 s, and
+    a live speech piece is ~0.3-1 s, so 97 % of the STFT and mel work was of zeros, whose frames are known: a
+    frame whose window holds only zeros has power 0, i.e. log10(1e-10) before the clamp to max - 8. The STFT
+    runs over the speech plus n_fft zeros (every frame that reaches into the speech sees the same samples as in
+    the padded signal; reflect padding at the ends: the same start, zeros at the end); equal to the extractor's
+    output up to float rounding (tests/test_musetalk_audio_mel.py)."""
+    import torch
+
+    n_fft, hop, n_samples = int(extractor.n_fft), int(extractor.hop_length), int(extractor.n_samples)
+    wave16k = np.asarray(wave16k, np.float32)
+    if len(wave16k) > n_samples:
+        raise ValueError(f"log_mel takes at most {n_samples} samples (one whisper segment), got {len(wave16k)}")
+    frames = n_samples // hop  # the extractor keeps n_samples / hop frames (its last STFT frame dropped)
+    used = min(frames, len(wave16k) // hop + n_fft // hop + 2)  # frames whose window may reach the speech
+    short = np.zeros(min(n_samples, used * hop + n_fft), np.float32)
+    short[:len(wave16k)] = wave16k
+    x = torch.from_numpy(short).to(device)
+    window = torch.hann_window(n_fft, device=x.device)
+    stft = torch.stft(x, n_fft, hop, window=window, return_complex=True)[..., :used]
+    filters = torch.from_numpy(np.asarray(extractor.mel_filters, np.float32)).to(x.device)
+    floor = torch.tensor(1e-10, dtype=torch.float32).log10().item()  # a zero frame's value, as the extractor's
+    mel = torch.full((filters.shape[1], frames), floor, dtype=torch.float32, device=x.device)
+    mel[:, :used] = torch.clamp(filters.T @ (stft.abs() ** 2), min=1e-10).log10()
+    mel = torch.maximum(mel, mel.max() - 8.0)
+    return ((mel + 4.0) / 4.0)[None]
 
 
 def _takes_device(extractor: Any) -> bool:
@@ -68,9 +125,14 @@ def encoder_states(encoder: Any, extractor: Any, wave16k: np.ndarray) -> Any:
         for start in range(0, max(len(wave16k), 1), seg):
             # on CUDA the log-mel's STFT runs there too (whisper's extractor takes a device): each call pads to 30 s,
             # and live mode calls it per speech piece (0.3-0.46 s a call on the loaded 2-core CPU of 2026-12-02)
-            extra = {"device": param.device.type} if param.device.type == "cuda" and _takes_device(extractor) else {}
-            mel = extractor(wave16k[start:start + seg], return_tensors="pt", sampling_rate=SAMPLE_RATE,
-                            **extra).input_features
+            # one segment's log-mel over its speech only (log_mel), on the encoder's device
+            if _short_mel_usable(extractor) and getattr(extractor, "n_samples", 0) == seg:
+                mel = log_mel(extractor, wave16k[start:start + seg], param.device)
+            else:
+                extra = {"device": param.device.type} if param.device.type == "cuda" and _takes_device(extractor) \
+                    else {}
+                mel = extractor(wave16k[start:start + seg], return_tensors="pt", sampling_rate=SAMPLE_RATE,
+                                **extra).input_features
             hidden = encoder(mel.to(param.device, param.dtype), output_hidden_states=True).hidden_states
             parts.append(torch.stack(hidden, dim=2))
     states = torch.cat(parts, dim=1)

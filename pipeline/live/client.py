@@ -75,10 +75,13 @@ class LiveClient:
 
     def __init__(self, base: str, sid: str, *, keep_frames: bool = True,
                  on_video: Callable[[float, float, np.ndarray], None] | None = None,
-                 on_audio: Callable[[float, float, np.ndarray], None] | None = None, keep_audio: bool = True) -> None:
+                 on_audio: Callable[[float, float, np.ndarray], None] | None = None, keep_audio: bool = True,
+                 audio: str = "opus") -> None:
         """keep_audio=False: decoded audio blocks go only to `on_audio` (a long stream's measurement keeps its own
-        summary instead of every sample)."""
+        summary instead of every sample). audio: the stream's audio codec ("opus" or "aac"); decoded audio is
+        given at the session's sample rate either way (Opus decodes at 48 kHz: resampled here)."""
         self.base, self.sid, self.keep_frames, self.on_video = base, sid, keep_frames, on_video
+        self.audio = audio
         self.on_audio, self.keep_audio = on_audio, keep_audio
         self.decoded = Decoded()
         self.lock = threading.Lock()
@@ -99,7 +102,7 @@ class LiveClient:
 
         async def main() -> None:
             self._closing = asyncio.Event()
-            url = self.base.replace("http", "ws", 1) + f"/sessions/{self.sid}/ws"
+            url = self.base.replace("http", "ws", 1) + f"/sessions/{self.sid}/ws?audio={self.audio}"
             async with aiohttp.ClientSession() as client, client.ws_connect(url, max_msg_size=0) as ws:
                 self._ws = ws
                 self.connected.set()
@@ -141,6 +144,7 @@ class LiveClient:
         try:
             container = av.open(self._pipe, format="mp4", options={"probesize": "32", "analyzeduration": "0"},
                                 buffer_size=4096)
+            resampler = None
             for packet in container.demux():
                 for frame in packet.decode():
                     now = time.perf_counter()
@@ -152,7 +156,19 @@ class LiveClient:
                         with self.lock:
                             self.decoded.video.append((t, now, rgb if self.keep_frames else None))
                     else:
-                        pcm = frame.to_ndarray().astype(np.float32).reshape(-1)
+                        with self.lock:
+                            rate = int(self.decoded.init.get("sample_rate") or frame.sample_rate)
+                        if frame.sample_rate != rate or frame.layout.nb_channels != 1:
+                            # one resampler for the stream (it keeps its filter state between blocks); the block
+                            # keeps the decoder's time stamp (the filter's delay is well under a millisecond)
+                            if resampler is None:
+                                resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+                            blocks = [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
+                            pcm = np.concatenate(blocks).astype(np.float32) if blocks else np.zeros(0, np.float32)
+                        else:
+                            pcm = frame.to_ndarray().astype(np.float32).reshape(-1)
+                        if not pcm.size:  # the resampler's first block may be held back
+                            continue
                         if self.on_audio is not None:
                             self.on_audio(t, now, pcm)
                         if self.keep_audio:

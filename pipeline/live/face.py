@@ -100,6 +100,13 @@ class LiveFace:
 
             share_batches_in_process()
             self.batched = True
+        # MuseTalk on a photo: its box, paste mask and reference latents made once here, not for every piece
+        self._stream = self._paste = None
+        if model == "musetalk" and self.photo and smooth <= 0:
+            from ...talking_head.musetalk.stream import PhotoStream
+
+            self._stream = PhotoStream(self.track, self.fps, backend=backend)
+            self._paste = self._photo_paste(self._stream.mask)
 
     def warm(self, wave: np.ndarray, rate: int) -> None:
         """Make the frames of one piece once: the model's first call sets itself up (seconds on a CPU)."""
@@ -123,16 +130,17 @@ class LiveFace:
             self.motion.apply(frame[None], _bounce(k, len(self._motion_track)))
         return frame
 
-    def _photo_paste(self, gen: Any) -> Callable[[np.ndarray], np.ndarray]:
+    def _photo_paste(self, crop_mask: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         """crop -> pasted photo frame, for a photo: the paste mask's frame-space alpha and box are made once per
-        piece (one reference frame), each frame costs one small warp and a blend (paste_back without its
-        per-frame colour match: the model draws on the photo's own crop, so the colours are the photo's)."""
+        piece (once per server for MuseTalk's PhotoStream), each frame costs one small warp and a blend
+        (paste_back without its per-frame colour match: the model draws on the photo's own crop, so the colours
+        are the photo's)."""
         from ...vision.align import warp_image
         from ...vision.faces import invert_affines
         from ...vision.paste import footprint_box, mask_bbox
 
         affine = np.asarray(self.track.affines[0], np.float64).reshape(2, 3)
-        mask = np.asarray(gen.mask(0), np.float32)
+        mask = np.asarray(crop_mask, np.float32)
         bbox = mask_bbox(mask)
         photo = self._first
         if bbox is None:
@@ -164,6 +172,15 @@ class LiveFace:
                     return
                 yield self.idle(k0 + j)
             return
+        if self._stream is not None:  # MuseTalk on the photo, prepared once
+            for crops in self._stream.crops(wave, rate, first=SPEECH_CHUNK_FRAMES, step=SPEECH_CHUNK_FRAMES,
+                                            max_audio_seconds=max(600.0, math.ceil(len(wave) / rate) + 1),
+                                            should_stop=should_stop):
+                if should_stop is not None and should_stop():
+                    return
+                for crop in crops:
+                    yield self._paste(crop)
+            return
         track = self.track
         if not self.photo:  # the reference frames the idle video would have shown, in order
             with self._frames_lock:
@@ -173,7 +190,7 @@ class LiveFace:
                              backend=self.backend, max_audio_seconds=max(600.0, math.ceil(len(wave) / rate) + 1),
                              phones=phones, should_stop=should_stop)
         if self.photo and self.smooth <= 0:  # the fast path: no smoothing window, one reference frame
-            paste = self._photo_paste(gen)
+            paste = self._photo_paste(gen.mask(0))
             for start, stop in _steps(len(gen), first=SPEECH_CHUNK_FRAMES if self.batched else 1):
                 if should_stop is not None and should_stop():
                     return

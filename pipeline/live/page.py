@@ -34,7 +34,10 @@ function watchFrames() {  // which utterance's first frame is on screen: tell th
 async function startWebsocket(session) {
   const ms = new MediaSource(); video.src = URL.createObjectURL(ms);
   await new Promise(r => ms.addEventListener("sourceopen", r, {once: true}));
-  ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/sessions/${session}/ws`);
+  // Opus audio (lower latency) where Media Source Extensions play it in MP4, else AAC
+  const audio = MediaSource.isTypeSupported('video/mp4; codecs="avc1.42E01F, opus"') ? "opus" : "aac";
+  live.audio = audio;
+  ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/sessions/${session}/ws?audio=${audio}`);
   ws.binaryType = "arraybuffer"; let sb = null;
   const pump = () => { if (sb && !sb.updating && pending.length) sb.appendBuffer(pending.shift()); };
   ws.onmessage = (e) => {

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from .encode import AAC_PRIMING, MIME, FMP4Encoder
+from .encode import AUDIO_CODECS, FMP4Encoder, mime
 from .session import CapacityError, Session, SessionError, SessionManager
 
 log = logging.getLogger("digital_human.live")
@@ -162,11 +162,15 @@ class LiveServer:
             session = self._session(request)
         except KeyError as exc:
             return _error(404, exc.args[0])
+        audio = request.query.get("audio", "opus")  # ?audio=aac for a browser without Opus in MP4
+        if audio not in AUDIO_CODECS:
+            return _error(400, f"audio={audio!r}: the websocket stream's audio is one of {sorted(AUDIO_CODECS)} "
+                               "(opus: lower latency; aac: for browsers whose Media Source Extensions lack Opus)")
         ws = web.WebSocketResponse(heartbeat=20, max_msg_size=64 * 1024)
         await ws.prepare(request)
         face = self.manager.face
-        await ws.send_json({"type": "init", "mime": MIME, "session": session.id, "width": face.width,
-                            "height": face.height, "fps": face.fps, "sample_rate": session.rate})
+        await ws.send_json({"type": "init", "mime": mime(audio), "audio": audio, "session": session.id,
+                            "width": face.width, "height": face.height, "fps": face.fps, "sample_rate": session.rate})
         loop = asyncio.get_running_loop()
         sends: asyncio.Queue = asyncio.Queue(maxsize=SEND_QUEUE)
         ticks: queue.Queue = queue.Queue(maxsize=TICKS_AHEAD)
@@ -179,7 +183,8 @@ class LiveServer:
                 self.manager.metrics.count("ticks_dropped_ws")
 
         def encode() -> None:
-            encoder = FMP4Encoder(face.width, face.height, face.fps, session.rate, session.samples_per_frame)
+            encoder = FMP4Encoder(face.width, face.height, face.fps, session.rate, session.samples_per_frame,
+                                  audio=audio)
             origin, speaking = None, None
             try:
                 while not stop.is_set():
@@ -190,7 +195,7 @@ class LiveServer:
                     origin = tick.index if origin is None else origin
                     tick = session.current(tick)  # speech cut by an interrupt while it waited here: idle instead
                     data = encoder.encode(tick.index, tick.frame, tick.audio)
-                    t = ((tick.index - origin) * session.samples_per_frame + AAC_PRIMING) / session.rate
+                    t = ((tick.index - origin) * session.samples_per_frame + encoder.shift) / session.rate
                     events = []
                     now = tick.utterance.id if tick.speaking and tick.utterance is not None else None
                     if now != speaking:  # the clock's own record of where speech starts and stops in the stream

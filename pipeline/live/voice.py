@@ -1,12 +1,71 @@
 """The live server's voice: one TTS engine and speaker shared by every session; text -> pieces as they are made."""
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+
+class FirstPiecesFirst:
+    """The voice's lock, served by (priority, arrival) instead of whoever wakes first: an utterance's first piece
+    (priority 0) goes before later pieces (1) of other sessions. Why: the engine is shared and its calls are
+    serialised, so with 8 sessions a new utterance's first piece queued behind up to 7 other sessions' later
+    pieces (each a hop of the LM + flow + vocoder); a later piece has slack (the speech already made plays
+    meanwhile), a first piece is the latency a person waits for. Within a priority, first come first served."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._busy = False
+        self._waiting: list[tuple[int, int]] = []  # heap of (priority, ticket)
+        self._tickets = itertools.count()
+
+    @contextmanager
+    def hold(self, priority: int = 1) -> Iterator[None]:
+        with self._cv:
+            mine = (int(priority), next(self._tickets))
+            heapq.heappush(self._waiting, mine)
+            while self._busy or self._waiting[0] != mine:
+                self._cv.wait()
+            heapq.heappop(self._waiting)
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
+
+
+LEAD_KEEP_S = 0.08   # silence kept before a Kokoro piece's first sound (room for the mouth's anticipation)
+TAIL_KEEP_S = 0.10   # and after its last (the decay of the last phone)
+
+
+def trim_edges(wave: np.ndarray, rate: int, phones: Any = None, floor: float = 0.02) -> tuple[np.ndarray, Any]:
+    """(wave, phones) with the silence at both ends cut to LEAD_KEEP_S / TAIL_KEEP_S; phone times moved with it.
+    Why: Kokoro starts and ends every synthesis with ~0.3 s of silence (its pad tokens), so live speech was heard
+    ~0.3 s after its first frame, and a first sentence cut in two (split_first_piece) had a ~0.6-s hole at the cut.
+    "Sound" = above `floor` x the piece's peak; the phones' own span is never cut."""
+    wave = np.asarray(wave, np.float32)
+    peak = float(np.abs(wave).max()) if wave.size else 0.0
+    loud = np.flatnonzero(np.abs(wave) > floor * peak) if peak > 0 else np.zeros(0, np.int64)
+    if not loud.size:
+        return wave, phones
+    first, last = int(loud[0]), int(loud[-1])
+    if phones:
+        first = min(first, int(float(phones[0][1]) * rate))
+        last = max(last, int(float(phones[-1][2]) * rate) - 1)
+    a = max(0, first - int(round(LEAD_KEEP_S * rate)))
+    b = min(len(wave), last + 1 + int(round(TAIL_KEEP_S * rate)))
+    if phones:
+        shift = a / float(rate)
+        phones = [(p[0], round(float(p[1]) - shift, 6), round(float(p[2]) - shift, 6), *p[3:]) for p in phones]
+    return wave[a:b], phones
 
 
 @dataclass
@@ -19,13 +78,13 @@ class LiveVoice:
     """engine + speaker (+ a bundled Kokoro voice); `pieces(text)` yields speech as it is made: Kokoro sentence by
     sentence with the first sentence cut short (text/chunking.split_first_piece: the first audio after a few
     words' synthesis, not a whole sentence's); CosyVoice 2 through its live stream (the LM's tokens vocoded every
-    hop, the first piece after FIRST_HOP_TOKENS); other engines as their `stream` yields. One lock: the engines'
-    sessions are shared. `engine` may be an engine object already made (benchmarks: a given release folder).
+    hop, the first piece after FIRST_HOP_TOKENS); other engines as their `stream` yields. One lock (first pieces
+    first: FirstPiecesFirst): the engines' sessions are shared. `engine` may be an engine object already made (benchmarks: a given release folder).
     token_limits: CosyVoice 2 only, text -> {"min_tokens", "max_tokens"} (benchmarks on random weights)."""
 
     def __init__(self, engine: Any = "kokoro", speaker: Any = None, base_voice: str = "auto",
                  backend: str = "auto", language: str = "auto", speed: float = 1.0,
-                 token_limits: Callable[[str], dict] | None = None) -> None:
+                 token_limits: Callable[[str], dict] | None = None, first_hop_tokens: int | None = None) -> None:
         from ...voice.engines import get_engine
 
         self.engine = get_engine(engine) if isinstance(engine, str) else engine
@@ -33,10 +92,11 @@ class LiveVoice:
         self.speaker, self.base_voice = speaker, base_voice
         self.backend, self.language, self.speed = backend, language, speed
         self.token_limits = token_limits
+        self.first_hop_tokens = first_hop_tokens  # CosyVoice 2's first piece (None: the engine's FIRST_HOP_TOKENS)
         self.prepared: dict[str, int] = {}  # what warm() captured ahead (CosyVoice 2 on CUDA)
         self.engine.check_files()
         self.rate = int(self.engine.sample_rate)
-        self._lock = threading.Lock()
+        self._lock = FirstPiecesFirst()
 
     def warm(self, max_speech_seconds: float = 20.0) -> Piece:
         """One short sentence, so that no utterance pays the model load; and
@@ -44,18 +104,20 @@ class LiveVoice:
         `max_speech_seconds` needs now: a capture while sessions run the talking head on other threads would stall
         the stream (and, in CUDA's global capture mode, fail)."""
         if hasattr(self.engine, "prepare_live") and self.speaker is not None:
-            with self._lock:
+            with self._lock.hold(0):
                 self.prepared = self.engine.prepare_live(self.speaker, max_speech_seconds)
         return list(self.pieces("Hello."))[0]
 
     def pieces(self, text: str) -> Iterator[Piece]:
         if self.engine_name != "kokoro":
             if hasattr(self.engine, "live_stream") and self.speed == 1.0:
-                stream = self.engine.live_stream(text, self.speaker, language=self.language, limits=self.token_limits)
+                hop = {"first_hop_tokens": self.first_hop_tokens} if self.first_hop_tokens else {}
+                stream = self.engine.live_stream(text, self.speaker, language=self.language, limits=self.token_limits,
+                                                 **hop)
             else:
                 stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
-            while True:
-                with self._lock:
+            for i in itertools.count():
+                with self._lock.hold(0 if i == 0 else 1):
                     wave = next(stream, None)
                 if wave is None:
                     return
@@ -63,9 +125,10 @@ class LiveVoice:
         from ...text.chunking import split_first_piece, split_sentences
         from ...voice.tts import synthesize_speech
 
-        for sentence in split_first_piece(split_sentences(text)):
-            with self._lock:
+        for i, sentence in enumerate(split_first_piece(split_sentences(text))):
+            with self._lock.hold(0 if i == 0 else 1):
                 result = synthesize_speech(sentence.text, self.speaker, language=self.language, speed=self.speed,
                                            backend=self.backend, base_voice=self.base_voice)
+            wave, phones = trim_edges(result.waveform, result.sample_rate, result.phones)
             pause = np.zeros(int(round(sentence.pause_after_s * result.sample_rate)), np.float32)
-            yield Piece(np.concatenate([result.waveform, pause]), result.phones)
+            yield Piece(np.concatenate([wave, pause]), phones)
