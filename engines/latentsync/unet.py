@@ -351,19 +351,10 @@ class LatentSyncUNet(nn.Module):
         if reuse:
             if deep_cache is None or "x" not in deep_cache:
                 raise ValueError("reuse=True needs a deep_cache filled by a full step")
-            x = self._first_down(x, emb, ctx, uncond_rows, skips, rows if share else 1)
+            x = self._down_layers(self.down_blocks[0], x, emb, ctx, uncond_rows, skips, rows if share else 1)
             return self._up(self.up_blocks[-1], deep_cache["x"], skips, emb, ctx, uncond_rows, odd)
         for i, stage in enumerate(self.down_blocks):
-            if i == 0:
-                x = self._first_down(x, emb, ctx, uncond_rows, skips, rows if share else 1)
-            else:
-                for resnet, attn, motion in stage.layers():
-                    x = resnet(x, emb)
-                    if attn is not None:
-                        x = attn(x, ctx, uncond_rows)
-                    if motion is not None:
-                        x = motion(x)
-                    skips.append(x)
+            x = self._down_layers(stage, x, emb, ctx, uncond_rows, skips, rows if share and i == 0 else 1)
             if hasattr(stage, "downsamplers"):
                 x = stage.downsamplers[0](x)
                 skips.append(x)
@@ -380,11 +371,12 @@ class LatentSyncUNet(nn.Module):
             deep_cache["x"] = x
         return self._up(self.up_blocks[-1], x, skips, emb, ctx, uncond_rows, odd)
 
-    def _first_down(self, x: torch.Tensor, emb: torch.Tensor, ctx: torch.Tensor | None, uncond_rows: int,
-                    skips: list, repeat: int) -> torch.Tensor:
-        """The first down block's layers (no downsampler). repeat > 1: x is one row of `repeat` equal rows; the
-        first ResNet block and the first transformer's self-attention run on it, the rows part at the audio."""
-        for j, (resnet, attn, motion) in enumerate(self.down_blocks[0].layers()):
+    def _down_layers(self, stage: Stage, x: torch.Tensor, emb: torch.Tensor, ctx: torch.Tensor | None,
+                     uncond_rows: int, skips: list, repeat: int = 1) -> torch.Tensor:
+        """A down block's layers (not its downsampler). repeat > 1 (the first block only): x is one row of
+        `repeat` equal rows; the first ResNet block and the first transformer's self-attention run on it, the rows
+        part at the audio."""
+        for j, (resnet, attn, motion) in enumerate(stage.layers()):
             if j == 0 and repeat > 1:
                 x = resnet(x, emb[:1])
                 x = attn(x, ctx, uncond_rows, repeat)
