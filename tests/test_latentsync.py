@@ -195,3 +195,23 @@ def test_unet_step_exports_to_onnx_with_a_dynamic_frame_axis(tmp_path):
         assert report.max_abs_diff < 1e-3 * max(scale, 1.0), (frames, report, scale)
     spec = unet_spec(path, latent=8)
     assert spec.profiles["sample"].min[2] == 1 and spec.profiles["sample"].max[2] == 16
+
+
+def test_shared_rows_gives_the_unshared_output():
+    """Guidance rows that are the same latents (shared_rows=True) run once up to the first audio cross-attention;
+    the output equals running every row (the rows differ only in their audio)."""
+    pytest.importorskip("diffusers", reason="LatentSync is an optional extra: pip install .[latentsync]")
+    import torch
+
+    from digital_human.engines.latentsync.random_release import UNET_MODEL_REDUCED
+    from digital_human.engines.latentsync.unet import LatentSyncUNet
+
+    torch.manual_seed(0)
+    net = LatentSyncUNet(UNET_MODEL_REDUCED).eval()
+    x, audio = torch.randn(1, 13, 4, 8, 8).expand(2, -1, -1, -1, -1).contiguous(), torch.randn(8, 30, 384)
+    with torch.no_grad():
+        each = net(x, torch.tensor(501), audio, uncond_rows=1)
+        shared = net(x, torch.tensor(501), audio, uncond_rows=1, shared_rows=True)
+    # FP32 sums in another order (one row's GEMMs vs two rows'): 1e-4 here, against rows 0.26 apart
+    assert torch.allclose(each, shared, atol=5e-4)
+    assert not torch.allclose(each[0], each[1], atol=1e-2)  # the rows really differ (audio vs none)
