@@ -114,7 +114,7 @@ def test_flow_graphs_captured_ahead_so_none_is_captured_while_serving(cosyvoice,
 
     from digital_human.engines.cosyvoice import flow as fl
 
-    def capture(run, device):  # a "graph": its output tensor, refilled by each replay
+    def capture(run, device, pool=None):  # a "graph": its output tensor, refilled by each replay
         out = run()
         return (lambda: out.copy_(run())), out
 

@@ -220,6 +220,8 @@ class CosyVoice2Runtime:
                                                 self.models.flow.spk_embed_affine_layer.out_features)
         decoder = self._lm_decoder()  # made (and on CUDA its step captured) now, if not yet
         out["lm_graph"] = int(decoder is not None and getattr(decoder, "graph", None) is not None)
+        if self.device.type == "cuda":  # what the graphs cost, for the live benchmark's report
+            out["gpu_reserved_mib"] = int(torch.cuda.memory_reserved(self.device) // 2 ** 20)
         return out
 
     def _inputs(self, text_ids: list[int], state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

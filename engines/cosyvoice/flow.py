@@ -379,6 +379,11 @@ class FastCFM:
         self.graphs: dict[tuple[int, int], tuple[Callable[[], None], dict[str, torch.Tensor], torch.Tensor]] = {}
         self.captures = 0   # graphs captured (prepare's, and any made while serving)
         self.prepared = 0   # frames prepare() covered (0 = none)
+        # Every graph allocates from one shared pool: a graph's intermediates are dead once its output is cloned,
+        # so the next graph may reuse them. With a pool each, capturing the buckets of a 20-s live chunk ran an
+        # H200 out of its 139 GiB (2026-12-03). Sharing is safe only if replays never overlap: _replay_lock.
+        self._pool: Any = None
+        self._replay_lock = threading.Lock()
 
     def _graph(self, padded: int, steps: int, inputs: dict[str, torch.Tensor]):
         key = (padded, steps)
@@ -389,7 +394,10 @@ class FastCFM:
         static = {k: v.clone() for k, v in inputs.items()}
         run = lambda: solve_ode(self.estimator, static["x"], static["mu"], static["mask"], static["spks"],  # noqa: E731
                                 static["cond"], steps, self.cfg_rate)
-        replay, out = _capture(run, static["x"].device)
+        device = static["x"].device
+        if self._pool is None and device.type == "cuda":
+            self._pool = torch.cuda.graph_pool_handle()
+        replay, out = _capture(run, device, pool=self._pool)
         self.captures += 1
         if self.prepared and padded > self.prepared:
             log.warning("[digital_human] CosyVoice 2 flow: a %d-frame solve is longer than the %d frames prepared; "
@@ -409,7 +417,7 @@ class FastCFM:
         top = min(-(-int(max_frames) // self.bucket) * self.bucket, NOISE_FRAMES)
         lengths = list(range(self.bucket, top + 1, self.bucket))
         self.max_graphs = max(self.max_graphs, len(lengths) + 2)
-        for padded in lengths:
+        for padded in reversed(lengths):  # longest first: the shared pool is sized by the first capture
             z = torch.zeros(1, MEL_BINS, padded, device=device)
             self._graph(padded, steps, {"x": self.noise[:, :, :padded].to(z), "mu": z, "mask": torch.ones(
                 1, 1, padded, device=device), "spks": torch.zeros(1, spk_dim, device=device), "cond": z.clone()})
@@ -429,20 +437,22 @@ class FastCFM:
             out = solve_ode(self.estimator, inputs["x"], inputs["mu"], inputs["mask"], inputs["spks"],
                             inputs["cond"], steps, self.cfg_rate)
             return out[:, :, :frames]
-        replay, static, out = self._graph(padded, steps, inputs)
-        for name, value in inputs.items():
-            static[name].copy_(value)
-        replay()
-        return out[:, :, :frames].clone()
+        with self._replay_lock:  # one replay at a time: the graphs share their memory pool
+            replay, static, out = self._graph(padded, steps, inputs)
+            for name, value in inputs.items():
+                static[name].copy_(value)
+            replay()
+            return out[:, :, :frames].clone()
 
 
 log = logging.getLogger("digital_human.cosyvoice")
 _CAPTURE_LOCK = threading.Lock()  # one capture at a time in the process
 
 
-def capture_graph(run: Callable[[], torch.Tensor], device: torch.device) -> tuple[Callable[[], None], torch.Tensor]:
+def capture_graph(run: Callable[[], torch.Tensor], device: torch.device,
+                  pool: Any = None) -> tuple[Callable[[], None], torch.Tensor]:
     """(replay, out): run() captured into a CUDA graph after one warm-up call on a side stream (cuDNN/cuBLAS
-    plans are made outside the capture). Thread-local capture mode: other threads may use the GPU meanwhile (live
+    plans are made outside the capture); `pool` (torch.cuda.graph_pool_handle()) shares memory with other graphs. Thread-local capture mode: other threads may use the GPU meanwhile (live
     mode's talking head) - in the default global mode their calls fail with "operation not permitted when stream
     is capturing" and invalidate this capture (seen on an H200, 2026-12-02)."""
     with _CAPTURE_LOCK:
@@ -452,7 +462,7 @@ def capture_graph(run: Callable[[], torch.Tensor], device: torch.device) -> tupl
             run()
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             out = run()
     return graph.replay, out
 
