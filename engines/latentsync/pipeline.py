@@ -12,6 +12,10 @@ window of frames, step for step as the reference's LipsyncPipeline.__call__:
 
 What the reference repeats and this does once: the timestep embedding per step (not per window); the
 unconditional branch's audio cross-attention (a bias). GPU memory holds one window: callers stream windows.
+Memory: the eager VAE (the CPU, and a video's shorter last window on the fast path) encodes and decodes
+EAGER_VAE_FRAMES frames at a time (the image VAE treats frames as a batch: same result); decoding a 12-frame
+last window at once peaked 1.25 GiB above a 10-frame one on an H200, so the peak followed the video's length
+modulo 16 (benchmarks/results/latentsync_gpu_h200_2026-12-03.json).
 
 Fast path (`compile=True`, CUDA only): the UNet step, the VAE encoder's moments and the decoder run through
 torch.compile (static shapes: a full window of num_frames, the CFG batch of two rows; a shorter last window runs
@@ -41,6 +45,7 @@ SCHEDULER_CONFIG = {"beta_end": 0.012, "beta_schedule": "scaled_linear", "beta_s
                     "num_train_timesteps": 1000, "set_alpha_to_one": False, "steps_offset": 1,
                     "trained_betas": None}
 STEPS, GUIDANCE = 20, 1.5
+EAGER_VAE_FRAMES = 4  # module doc, Memory
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 log = logging.getLogger("digital_human.latentsync")
 
@@ -314,9 +319,9 @@ class LatentSyncPipeline:
         """VAE posterior sample x scaling (latent_dist.sample(generator)), noise drawn on the generator's device."""
         if fast is not None:
             mean, std = fast("moments", pixels)
-        else:
-            dist = self.net.vae.encode(pixels).latent_dist
-            mean, std = dist.mean, dist.std
+        else:  # a few frames at a time (module doc, Memory); the noise below stays one draw, as the reference's
+            dists = [self.net.vae.encode(chunk).latent_dist for chunk in pixels.split(EAGER_VAE_FRAMES)]
+            mean, std = torch.cat([d.mean for d in dists]), torch.cat([d.std for d in dists])
         eps = torch.randn(mean.shape, generator=generator, device=generator.device, dtype=mean.dtype)
         return (mean + std * eps.to(mean.device)) * SCALING_FACTOR
 
@@ -389,6 +394,7 @@ class LatentSyncPipeline:
                 pred = uncond + self.guidance * (text - uncond)
             latents = self.scheduler.step(pred, t, latents, eta=0.0, generator=generator).prev_sample
         z = latents[0].permute(1, 0, 2, 3) / SCALING_FACTOR
-        decoded = fast("decode", z) if fast is not None else net.vae.decode(z).sample
+        decoded = fast("decode", z) if fast is not None else \
+            torch.cat([net.vae.decode(chunk).sample for chunk in z.split(EAGER_VAE_FRAMES)])
         keep = masks.to(device=dev, dtype=dt)
         return decoded * (1 - keep) + pixels.to(device=dev, dtype=dt) * keep
