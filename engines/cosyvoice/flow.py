@@ -371,7 +371,7 @@ class FastCFM:
                  cuda_graph: bool | None = None, max_graphs: int = 8) -> None:
         import copy
 
-        self.estimator = copy.deepcopy(decoder.estimator).to(dtype)
+        self.estimator = copy.deepcopy(decoder.estimator).to(dtype).requires_grad_(False)
         self.noise, self.cfg_rate, self.bucket = decoder.noise, decoder.cfg_rate, int(bucket)
         device = next(self.estimator.parameters()).device
         self.use_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
@@ -380,8 +380,8 @@ class FastCFM:
         self.captures = 0   # graphs captured (prepare's, and any made while serving)
         self.prepared = 0   # frames prepare() covered (0 = none)
         # Every graph allocates from one shared pool: a graph's intermediates are dead once its output is cloned,
-        # so the next graph may reuse them. With a pool each, capturing the buckets of a 20-s live chunk ran an
-        # H200 out of its 139 GiB (2026-12-03). Sharing is safe only if replays never overlap: _replay_lock.
+        # so the next graph may reuse them (a pool each would hold the sum of a live chunk's 18 buckets).
+        # Sharing is safe only if replays never overlap: _replay_lock.
         self._pool: Any = None
         self._replay_lock = threading.Lock()
 
@@ -407,6 +407,8 @@ class FastCFM:
         self.graphs[key] = (replay, static, out)
         return self.graphs[key]
 
+    @torch.inference_mode()  # as serving's solves (CausalFlow.inference); with autograd on, the warm-up solve
+    # kept every step's activations for a backward pass and ran an H200 out of memory (2026-12-03)
     def prepare(self, max_frames: int, steps: int = 10, spk_dim: int = MEL_BINS) -> int:
         """Capture the graphs of every bucket up to `max_frames` now (and keep them all), so that no capture
         happens while serving: live mode's sessions run the talking head on the same GPU from other threads at
@@ -424,6 +426,7 @@ class FastCFM:
         self.prepared = max(self.prepared, top)
         return len(self.graphs)
 
+    @torch.inference_mode()
     def __call__(self, mu: torch.Tensor, mask: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor,
                  steps: int = 10) -> torch.Tensor:
         frames = mu.shape[2]
