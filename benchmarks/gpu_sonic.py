@@ -106,7 +106,7 @@ def main() -> None:
         return 125 * call + 16 * rows["vae_decode_8_frames_fp16"]["s_per_call"] + 249 * rows["rife_middle_frame_fp32"]["s_per_call"]
 
     estimate = {name: round(clip_seconds(r["s_per_call"]), 1) for name, r in rows.items() if "batched" in name or "low" in name}
-    report = {"date": "2026-12-02", "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+    report = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
               "unet_parameters": params, "resolution": 512, "frames": f, "rows": rows,
               "estimated_seconds_10s_speech_25_steps": estimate, "compile_error": compiled_error,
               "wall_s": time.perf_counter() - t_start}

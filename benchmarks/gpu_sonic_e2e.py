@@ -326,7 +326,7 @@ def main() -> None:
     only = set(filter(None, args.only.split(",")))
     reduced = args.size == "reduced"
     side = 64 if reduced else 512
-    report: dict = {"date": "2026-12-02", "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
+    report: dict = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
                     "torch": torch.__version__, "speech_seconds": args.seconds, "resolution": side,
                     "steps": args.steps, "rows": {}}
     rows = report["rows"]

@@ -241,7 +241,7 @@ def main() -> None:
     dev = torch.device(args.device)
     reduced = args.size == "reduced"
     only = set(filter(None, args.only.split(",")))
-    report: dict = {"date": "2026-12-02", "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
+    report: dict = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
                     "torch": torch.__version__, "rows": {}}
     rows = report["rows"]
 

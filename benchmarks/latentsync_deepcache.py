@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ def main() -> None:
     chunks = frame_windows(feats, range(n), 25.0, net.feat_length)
     aff = smoothed_affines(fx["points"][:n], net.resolution)
     faces = np.stack([face_crop(f, m, net.resolution) for f, m in zip(fx["frames"][:n], aff)])
-    rep: dict = {"date": "2026-12-02", "machine": "2-core CPU, FP32", "steps": args.steps, "frames": n,
+    rep: dict = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": "2-core CPU, FP32", "steps": args.steps, "frames": n,
                  "size": "reduced (random weights)"}
     outs = {}
     for interval in (0, 2, 3):

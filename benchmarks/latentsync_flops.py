@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -47,7 +48,7 @@ def main() -> None:
         return {"tflop": fc.get_total_flops() / 1e12,
                 "by_op": {str(k): v / 1e12 for k, v in fc.get_flop_counts()["Global"].items()}}
 
-    rep: dict = {"date": "2026-12-02", "what": "TFLOP (1e12 floating-point operations; a multiply-add is 2)"}
+    rep: dict = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "what": "TFLOP (1e12 floating-point operations; a multiply-add is 2)"}
     with torch.device("meta"):
         unet = LatentSyncUNet(UNET_MODEL_FULL).half()
         x = torch.randn(2, 13, 16, 64, 64, dtype=torch.half)

@@ -247,7 +247,7 @@ def main() -> None:
     model_cfg, vae_cfg, res = (UNET_MODEL_REDUCED, VAE_CONFIG_REDUCED, 64) if args.smoke else \
         (UNET_MODEL_FULL, VAE_CONFIG_FULL, 512)
     dt, dev = (torch.float32, torch.device("cpu")) if args.smoke else (torch.float16, torch.device("cuda"))
-    rep: dict = {"date": "2026-12-02", "commit": args.commit,
+    rep: dict = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": args.commit,
                  "gpu": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(), "torch": torch.__version__,
                  "steps": args.steps, "guidance": 1.5, "resolution": res, "window": 16, "precision": str(dt),
                  "windows_per_run": args.windows, "errors": {}}

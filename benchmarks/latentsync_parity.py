@@ -304,7 +304,7 @@ def main() -> None:
     ours = run_pack(args.work / "models", inputs, len(ref["chunks"]), args.steps, GUIDANCE, track=_track(inputs["frames"]))
     rep = compare(ref, ours)
     rev = subprocess.run(["git", "-C", str(args.ref_checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    rep.update({"date": "2026-12-02", "reference": "bytedance/LatentSync " + (rev.stdout.strip() or args.ref_rev or "(archive)"),
+    rep.update({"date": time.strftime("%Y-%m-%d", time.gmtime()), "reference": "bytedance/LatentSync " + (rev.stdout.strip() or args.ref_rev or "(archive)"),
                 "size": "reduced", "steps": args.steps, "guidance": GUIDANCE, "seed": SEED, "precision": "fp32 cpu",
                 "frame_size": FRAME_SIZE, "seconds": round(time.time() - t0, 1)})
     print(json.dumps(rep, indent=2))

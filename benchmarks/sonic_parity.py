@@ -226,7 +226,7 @@ def main() -> None:
         return
     ref = dict(np.load(args.work / "reference.npz"))
     ours = run_ours(args.work)
-    report = {"date": "2026-12-02", "size": args.size, "steps": STEPS, "resolution": RESOLUTION, "seed": SEED,
+    report = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "size": args.size, "steps": STEPS, "resolution": RESOLUTION, "seed": SEED,
               "seconds_reference": float(ref["seconds"]), "seconds_ours": ours["seconds"], "stages": compare(ref, ours)}
     out = Path(__file__).parent / "results" / f"sonic_parity_{args.size}.json"
     out.parent.mkdir(exist_ok=True)

@@ -327,7 +327,7 @@ def main() -> None:
         return
     cases = {"full": (75, 3.0), "small": (4, 0.4)}  # small: the CI fixture's case (a 4-frame video)
     cases = {k: v for k, v in cases.items() if k in args.cases.split(",")}
-    report = {"date": "2026-12-02", "machine": "CPU, 2 cores (shared)", "video": VIDEO, "audio": AUDIO,
+    report = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": "CPU, 2 cores (shared)", "video": VIDEO, "audio": AUDIO,
               "seed": SEED, "precision": "fp32", "cases": {}}
     for tag, (n_video, seconds) in cases.items():
         prepare(args.work, tag, n_video, seconds)

@@ -294,7 +294,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    report: dict = {"date": "2026-12-02", "device": device, "machine": platform.node(), "cpu_count": os.cpu_count(),
+    report: dict = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "device": device, "machine": platform.node(), "cpu_count": os.cpu_count(),
                     "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
                     "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
     if hasattr(os, "getloadavg"):
