@@ -86,10 +86,12 @@ def decode(vae, z: torch.Tensor, num_frames: int, frames_per_call: int = 0) -> t
         return vae.decode(z, num_frames=num_frames).sample[:n]
 
 
-def fast_path(nets, *, unet_layout: bool = True, vae_layout: bool = True, decoder: bool = True) -> list[str]:
+def fast_path(nets, *, unet_layout: bool = False, vae_layout: bool = True, decoder: bool = True) -> list[str]:
     """The product's compiled path (sonic_frames with compile_unet; benchmarks/gpu_sonic_e2e.py times it):
-    the UNet's convolutions channels_last and its regions compiled; with `decoder`, the temporal VAE likewise
-    and its decoder compiled. Idempotent; what it did now, for the run's warnings."""
+    the UNet's regions compiled (`unet_layout`: its convolutions channels_last first - off: on an H200 the 25-step
+    latents took 35.1 s with it vs 34.0 s without, GroupNorm being 2x slower in NHWC; RESULTS_sonic.md); with
+    `decoder`, the temporal VAE's convolutions channels_last and its decoder compiled (3.7 -> 2.0 s a video).
+    Idempotent; what it did now, for the run's warnings."""
     done = []
     parts = [(nets.unet, unet_layout, compile_regions, "UNet")]
     if decoder:
