@@ -285,19 +285,37 @@ def server_main(args: argparse.Namespace) -> None:
                    "--utterances", str(utterances), "--ws-audio", audio, "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
                                                                                         args.budget_s else 0)]
             t1 = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(60, left + 30) if args.budget_s
-                                  else None)
-            phase = json.loads(out.read_text()) if out.is_file() else {"error": proc.stderr[-3000:]}
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True,
+                                      timeout=max(60, left + 30) if args.budget_s else None)
+                stdout, stderr, failed = proc.stdout, proc.stderr, proc.returncode != 0
+            except subprocess.TimeoutExpired as exc:  # keep what the clients printed (the 8-session phase of
+                # 2026-12-03 ran past its time and its rows were lost with the whole phase)
+                text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
+                stdout, stderr, failed = text(exc.stdout), text(exc.stderr), True
+            phase = json.loads(out.read_text()) if out.is_file() else partial_phase(stdout, stderr)
             phase.update(sessions=sessions, audio=audio, wall_s=round(time.perf_counter() - t1, 1),
                          server_metrics=http(server.url, "GET", "/metrics")[1], batcher=_batcher_delta(pipe_stats))
-            if proc.returncode or not phase.get("utterances"):
-                phase["client_stderr"] = proc.stderr[-2000:]
+            if failed or not phase.get("utterances"):
+                phase["client_stderr"] = stderr[-2000:]
             report["phases"].append(phase)
             print(json.dumps({k: v for k, v in phase.items() if k not in ("rows", "server_metrics")}), flush=True)
             save()
     finally:
         server.stop()
     save()
+
+
+def partial_phase(stdout: str, stderr: str) -> dict:
+    """A phase whose clients did not finish: the per-utterance rows they printed, and their percentiles."""
+    from live import percentiles
+
+    rows = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"session"')]
+    done = [r for r in rows if "error" not in r]
+    return {"error": "the clients did not finish: partial rows only", "utterances": len(done),
+            "done": sum(r.get("state") == "done" for r in done), "rows": rows,
+            "percentiles": {s: percentiles([r.get(s) for r in done]) for s in CLIENT_STAGES},
+            "client_stderr_tail": stderr[-1000:]}
 
 
 def parse_phase(spec: str) -> tuple[int, int, str]:
@@ -322,6 +340,10 @@ def _batcher_delta(before: tuple[int, int]) -> dict:
 
 
 # --- the clients ------------------------------------------------------------------------------------------------
+CLIENT_STAGES = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame",
+                 "client_first_audio")
+
+
 def client_main(args: argparse.Namespace) -> None:
     import_pack()
     from live import percentiles, texts
@@ -363,8 +385,11 @@ def client_main(args: argparse.Namespace) -> None:
                 continue
             uid = body["utterance"]
             first = heard = None
+            # waits end by the deadline (+5 s), so the phase returns what it measured in its time
+            limit = (lambda cap: max(1.0, min(cap, start + args.deadline_s + 5 - time.perf_counter()))) \
+                if args.deadline_s else (lambda cap: cap)
             if client.wait_for(lambda d: any(e["type"] == "speech_start" and e["utterance"] == uid
-                                             for e in d.events), 60):
+                                             for e in d.events), limit(60)):
                 with client.lock:
                     t0 = next(e["t"] for e in client.decoded.events
                               if e["type"] == "speech_start" and e["utterance"] == uid)
@@ -374,7 +399,7 @@ def client_main(args: argparse.Namespace) -> None:
                     first = min((a for t, a, _ in client.decoded.video if t >= t0 - 1e-3), default=None)
                     heard = min((a for t, a, pcm in client.decoded.audio if t + len(pcm) / rate > t0 + 1e-3),
                                 default=None)
-            state, info, u, end = "queued", {}, {}, time.perf_counter() + 120
+            state, info, u, end = "queued", {}, {}, time.perf_counter() + limit(120)
             while time.perf_counter() < end:
                 info = http(args.client, "GET", f"/sessions/{sid}")[1]
                 u = next((u for u in info.get("utterances", []) if u["id"] == uid), {})
@@ -405,8 +430,7 @@ def client_main(args: argparse.Namespace) -> None:
         t.start()
     for t in threads:
         t.join()
-    stages = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame",
-              "client_first_audio")
+    stages = CLIENT_STAGES
     done = [r for r in rows if "error" not in r]
     speech = sum(r["frames"] or 0 for r in done)
     out = {"utterances": len(done), "done": sum(r["state"] == "done" for r in done),

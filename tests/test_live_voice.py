@@ -206,3 +206,31 @@ def test_kokoro_pieces_lose_their_edge_silence_but_no_phone():
     np.testing.assert_array_equal(out, wave[int(round(start * rate)):int(round(start * rate)) + len(out)])
     silent = np.zeros(100, np.float32)
     assert trim_edges(silent, rate)[0] is silent  # nothing to find: unchanged
+
+
+def test_prepare_live_compiles_the_lm_step(tmp_path, caplog):
+    """prepare_live (live mode's warm-up, called outside any inference_mode) must make the LM's compiled step: with
+    autograd on, the compile failed ("modified by an inplace operation": the KV cache's index_copy_) and the step
+    ran uncompiled, seen on an H200 on 2026-12-03. The CPU's inductor shows the same failure."""
+    pytest.importorskip("transformers", reason="CosyVoice 2 needs the optional extra: pip install .[cosyvoice]")
+    import inspect
+
+    import torch
+
+    from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath
+    from digital_human.engines.cosyvoice.parity import write_release_from_fixture
+
+    data = dict(np.load(FIXTURE, allow_pickle=False))
+    folder = write_release_from_fixture(data, tmp_path / "CosyVoice2-0.5B")
+    fast = FastPath(lm_graph=True, lm_compile=True, lm_device_sampling=False, flow_half=False, flow_graph=False)
+    rt = CosyVoice2Runtime(folder, "cpu", fast=fast)
+    state = {"prompt_token": np.zeros(4, np.int64)}
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+    with caplog.at_level("WARNING"):
+        try:
+            out = rt.prepare_live(state, 8)
+        except Exception as exc:  # no C++ compiler for inductor's CPU code on this machine
+            pytest.skip(f"torch.compile unavailable here: {exc!r}"[:200])
+    assert "torch.compile failed" not in caplog.text, caplog.text[-500:]
+    assert rt._decoder is not None and not inspect.ismethod(rt._decoder._fn)  # the compiled function, not the method
+    assert out["flow_graphs"] == 0 and out["lm_graph"] == 0  # no CUDA graphs on the CPU

@@ -207,6 +207,8 @@ class CosyVoice2Runtime:
                                    cuda_graph=self.fast.flow_graph and self.device.type == "cuda")
         return self._solver
 
+    @torch.inference_mode()  # as serving: with autograd on, the LM step's compile failed on an H200 (2026-12-03,
+    # "modified by an inplace operation": the KV cache's index_copy_) and fell back to the uncompiled step
     def prepare_live(self, state: dict[str, np.ndarray], max_speech_tokens: int) -> dict[str, int]:
         """Capture now every CUDA graph that speaking up to `max_speech_tokens` per text chunk with this speaker's
         prompt needs (the LM step's, and the flow's for every length bucket), so that none is captured while
