@@ -81,20 +81,28 @@ def fleet(setup_models, data_dir):
         ray.shutdown()
 
 
-def _decoded_speech(client, text_seconds: float = 0.3) -> None:
-    """The client decoded a whole utterance: its speech events, moving frames and sound."""
-    assert client.wait_for(lambda d: any(e["type"] == "speech_end" for e in d.events), 90), \
-        (client.decoded.events, client.error)
-    end = [e["t"] for e in client.decoded.events if e["type"] == "speech_end"][-1]
+def _decoded_speech(client, base: str, sid: str) -> None:
+    """The client decoded a whole utterance from the replica: speech events, moving frames and sound."""
+    import time
+
+    from digital_human.pipeline.live.client import http
+
+    deadline = time.monotonic() + 90
+    while http(base, "GET", f"/sessions/{sid}")[1]["utterances"][0]["state"] != "done":
+        assert time.monotonic() < deadline, http(base, "GET", f"/sessions/{sid}")[1]
+        time.sleep(0.1)
+    assert client.wait_for(lambda d: any(e["type"] == "speech_end" for e in d.events), 10), client.error
+    # a talking head late for real time shows idle ticks inside the speech: first start .. last end
     start = [e["t"] for e in client.decoded.events if e["type"] == "speech_start"][0]
-    assert end - start > text_seconds
+    end = [e["t"] for e in client.decoded.events if e["type"] == "speech_end"][-1]
+    assert end - start > 0.5
     assert client.wait_for(lambda d: d.audio[-1][0] > end and d.video[-1][0] > end, 15)
     with client.lock:
         speech = np.concatenate([pcm for t, _, pcm in client.decoded.audio if start <= t < end])
         frames = [f for t, _, f in client.decoded.video if start <= t < end]
         init = client.decoded.init
     assert np.sqrt(np.mean(speech ** 2)) > 0.01, "the replica's stream carried no speech"
-    assert len(frames) >= int((end - start) * init["fps"]) - 2
+    assert len(frames) >= 0.8 * (end - start) * init["fps"]  # (a tick an encoder fell behind on may be dropped)
     assert frames[0].shape == (init["height"], init["width"], 3)
     # the talking head moved while speaking (the photo is still when idle)
     assert max(np.abs(f.astype(np.int16) - frames[0]).mean() for f in frames) > 0.5
@@ -128,8 +136,8 @@ def test_sessions_spread_over_replicas_and_a_full_fleet_says_so(fleet):
         for b, text in zip(opened, ("Hello there, how are you today?", "Good morning to you.")):
             status, said = http(b["base"], "POST", f"/sessions/{b['id']}/say", {"text": text})
             assert status == 202, said
-        for client in clients:
-            _decoded_speech(client)
+        for client, b in zip(clients, opened):
+            _decoded_speech(client, b["base"], b["id"])
         # the entry point does not carry session requests: it says where they go
         status, body = http(url, "POST", f"/sessions/{opened[0]['id']}/say", {"text": "hi"})
         assert status == 404 and "base" in body["error"]
@@ -164,3 +172,40 @@ def test_sessions_spread_over_replicas_and_a_full_fleet_says_so(fleet):
             client.close()
         for b in opened:
             http(b["base"], "DELETE", f"/sessions/{b['id']}")
+
+
+def test_a_killed_replica_loses_its_session_and_the_fleet_goes_on(fleet):
+    """Runs last (it kills a replica): the dead replica is skipped at once, Serve replaces it, and the
+    replacement takes sessions once it is warm."""
+    import os
+    import signal
+    import time
+
+    from digital_human.pipeline.live.client import http
+
+    url = fleet.url
+    status, doomed = http(url, "POST", "/sessions")
+    assert status == 201, doomed
+    victim = next(r for r in fleet.replicas() if r["url"] == doomed["base"])
+    os.kill(victim["pid"], signal.SIGKILL)
+    killed = time.monotonic()
+    with pytest.raises(OSError):  # its session went with it (refused, or reset while the process dies)
+        http(doomed["base"], "GET", f"/sessions/{doomed['id']}", timeout=5)
+    # the next placement skips the dead replica (its /metrics does not answer)
+    status, other = http(url, "POST", "/sessions")
+    assert status == 201 and other["base"] != doomed["base"], other
+    status, metrics = http(url, "GET", "/metrics")
+    assert [r["url"] for r in metrics["unreachable"]] == [doomed["base"]] and metrics["sessions"] == 1
+    # Serve starts a replacement: a new process on a new port, warm, registered; the dead entry ages out
+    while True:
+        metrics = http(url, "GET", "/metrics")[1]
+        if len(metrics["replicas"]) == 2 and not metrics["unreachable"]:
+            break
+        assert time.monotonic() - killed < 90, metrics
+        time.sleep(1)
+    fresh = next(r for r in metrics["replicas"] if r["url"] != other["base"])
+    assert fresh["pid"] != victim["pid"] and fresh["sessions"] == 0
+    status, placed = http(url, "POST", "/sessions")
+    assert status == 201 and placed["base"] == fresh["url"], placed
+    for b in (other, placed):
+        assert http(b["base"], "DELETE", f"/sessions/{b['id']}")[0] == 200

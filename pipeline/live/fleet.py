@@ -50,13 +50,14 @@ FLEET_MODULES = ("ray", "starlette", "uvicorn", "aiohttp", "av", "aiortc")  # th
 
 # --- the registry: which replica listens where ----------------------------------------------------------
 class Registry:
-    """Replica id -> {replica, url, max_sessions, seen}. One small Ray actor per fleet (no CPU reserved)."""
+    """Replica id -> {replica, url, pid, max_sessions, seen}. One small Ray actor per fleet (no CPU reserved)."""
 
     def __init__(self) -> None:
         self._replicas: dict[str, dict[str, Any]] = {}
 
-    def register(self, replica: str, url: str, max_sessions: int) -> None:
-        self._replicas[replica] = {"replica": replica, "url": url, "max_sessions": max_sessions, "seen": time.time()}
+    def register(self, replica: str, url: str, pid: int, max_sessions: int) -> None:
+        self._replicas[replica] = {"replica": replica, "url": url, "pid": pid, "max_sessions": max_sessions,
+                                   "seen": time.time()}
 
     def forget(self, replica: str) -> None:
         self._replicas.pop(replica, None)
@@ -104,7 +105,7 @@ class LiveReplica:
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.max_sessions = manager.max_sessions
         self._registry = ray.get_actor(registry, namespace=NAMESPACE)
-        ray.get(self._registry.register.remote(self.replica, self.url, self.max_sessions))
+        ray.get(self._registry.register.remote(self.replica, self.url, os.getpid(), self.max_sessions))
         log.info("fleet replica %s: %s", self.replica, self.url)
 
     def check_health(self) -> None:
@@ -112,7 +113,7 @@ class LiveReplica:
         registry heartbeat, so a replica that stops answering health checks also stops receiving sessions."""
         if not self.server.alive():
             raise RuntimeError(f"replica {self.replica}: the live server's event loop stopped")
-        self._registry.register.remote(self.replica, self.url, self.max_sessions)
+        self._registry.register.remote(self.replica, self.url, os.getpid(), self.max_sessions)
 
     def __del__(self) -> None:  # Serve's graceful shutdown of the replica
         registry = getattr(self, "_registry", None)
@@ -151,8 +152,8 @@ def aggregate_metrics(loads: list[tuple[dict[str, Any], dict[str, Any]]],
             agg["max_ms"] = max(agg["max_ms"], s["max_ms"])
             for p in ("p50", "p95", "p99"):
                 agg[f"worst_{p}_ms"] = max(agg[f"worst_{p}_ms"], s[f"{p}_ms"])
-    return {"replicas": [{"replica": r["replica"], "url": r["url"], **m} for r, m in loads],
-            "unreachable": [{"replica": r["replica"], "url": r["url"]} for r in unreachable],
+    return {"replicas": [{"replica": r["replica"], "url": r["url"], "pid": r["pid"], **m} for r, m in loads],
+            "unreachable": [{"replica": r["replica"], "url": r["url"], "pid": r["pid"]} for r in unreachable],
             "sessions": sum(m["sessions"] for _, m in loads),
             "max_sessions": sum(m["max_sessions"] for _, m in loads),
             "counts": counts, "stages": stages}
