@@ -376,7 +376,11 @@ def _deploy(args: argparse.Namespace, started_ray: bool, worker_env: Any) -> Fle
             health_check_timeout_s=30.0, max_ongoing_requests=4,
             ray_actor_options={"num_cpus": args.cpus_per_replica, "num_gpus": gpus, "runtime_env": {"env_vars": env}})
         started = time.perf_counter()
-        serve.run(replica.bind(settings, files, args.host, registry_name), name=f"{APP}-replicas", route_prefix=None)
+        try:
+            serve.run(replica.bind(settings, files, args.host, registry_name), name=f"{APP}-replicas",
+                      route_prefix=None)
+        except RuntimeError as exc:  # Serve's own message names only the deployment: add the replica's error
+            raise RuntimeError(f"the live replicas did not start: {_replica_error(serve) or exc}") from None
         ingress = serve.deployment(FleetIngress, name="FleetIngress", num_replicas=1, max_ongoing_requests=64,
                                    ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": env}})
         serve.run(ingress.bind(registry_name), name=APP, route_prefix="/")
@@ -386,6 +390,16 @@ def _deploy(args: argparse.Namespace, started_ray: bool, worker_env: Any) -> Fle
     log.info("fleet: %d replicas ready in %.1f s", replicas, time.perf_counter() - started)
     return Fleet(url=_url(args.host if args.host not in ("0.0.0.0", "::") else "127.0.0.1", args.port),
                  registry=registry, started_ray=started_ray)
+
+
+def _replica_error(serve: Any) -> str | None:
+    """The last line of the error a replica's constructor raised (Serve keeps its traceback in the status)."""
+    try:
+        message = serve.status().applications[f"{APP}-replicas"].deployments["LiveReplica"].message
+    except Exception:  # noqa: BLE001 - no status to add
+        return None
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else None
 
 
 def serve_fleet(args: argparse.Namespace) -> dict[str, Any]:
