@@ -358,6 +358,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
 
+    fleet = sub.add_parser("serve-fleet", help="live on Ray Serve: one `serve` replica per GPU (or CPU replicas) "
+                                               "behind one entry point that places each session on the least "
+                                               "loaded replica; needs the [fleet] extra")
+    from .pipeline.live.fleet import add_fleet_arguments
+
+    add_fleet_arguments(fleet)
+    fleet.set_defaults(func=_cmd_serve_fleet)
+
     batch = sub.add_parser("batch", help="many `run` jobs (JSON lines) on Ray workers; resumable")
     batch.add_argument("jobs", help="JSON-lines file, one `run` job per line (see README: Batch on Ray)")
     batch.add_argument("--out", required=True, help="output folder (videos, summary.json, shared references)")
@@ -378,6 +386,12 @@ def _cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
     from .pipeline.live.run import serve
 
     return serve(args)
+
+
+def _cmd_serve_fleet(args: argparse.Namespace) -> dict[str, Any]:
+    from .pipeline.live.fleet import serve_fleet
+
+    return serve_fleet(args)
 
 
 def _cmd_batch(args: argparse.Namespace) -> dict[str, Any]:

@@ -328,6 +328,10 @@ class RunningServer:
         if self._error is not None:
             raise self._error
 
+    def alive(self) -> bool:
+        """The server's thread still runs its event loop (a fleet replica's health check)."""
+        return self._thread.is_alive() and self._loop.is_running()
+
     def stop(self) -> None:
         async def cleanup() -> None:
             await self._runner.cleanup()
