@@ -455,9 +455,10 @@ _CAPTURE_LOCK = threading.Lock()  # one capture at a time in the process
 def capture_graph(run: Callable[[], torch.Tensor], device: torch.device,
                   pool: Any = None) -> tuple[Callable[[], None], torch.Tensor]:
     """(replay, out): run() captured into a CUDA graph after one warm-up call on a side stream (cuDNN/cuBLAS
-    plans are made outside the capture); `pool` (torch.cuda.graph_pool_handle()) shares memory with other graphs. Thread-local capture mode: other threads may use the GPU meanwhile (live
-    mode's talking head) - in the default global mode their calls fail with "operation not permitted when stream
-    is capturing" and invalidate this capture (seen on an H200, 2026-12-02)."""
+    plans are made outside the capture); `pool` (torch.cuda.graph_pool_handle()) shares memory with other graphs.
+    Thread-local capture mode: other threads may use the GPU meanwhile (live mode's talking head) - in the
+    default global mode their calls fail with "operation not permitted when stream is capturing" and invalidate
+    this capture (seen on an H200, 2026-12-02)."""
     with _CAPTURE_LOCK:
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
