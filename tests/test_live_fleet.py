@@ -68,8 +68,10 @@ def fleet(setup_models, data_dir):
     if ray.is_initialized():
         pytest.skip("another test left Ray running in this process")
     # Ray and Serve leave variables behind (RAY_AUTH_MODE=token among them): put back at teardown. Known: when
-    # this file runs BEFORE tests/test_batch.py in one pytest process, the batch tests' Ray workers die at start
-    # (cause not found; restoring the environment does not cure it). pytest's file order runs test_batch first.
+    # this file runs BEFORE tests/test_batch.py in one pytest process, the batch tests' actors die at creation.
+    # It is Ray's (2.60), reproduced without Serve: after ray.init(address="local") and ray.shutdown(), a driver
+    # in the same process that joins another cluster has its actors cancelled (GCS: "Worker 01000000ffff...
+    # failed, destroying actor child"). pytest's file order runs test_batch first.
     saved_env = dict(os.environ)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              object_store_memory=100 << 20)
