@@ -5,7 +5,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..ray_env import PASSED_ENV, connect_ray, package_path, worker_env  # noqa: F401 - shared with the live fleet
+from ..ray_env import connect_ray, worker_env  # noqa: F401 - worker_env: driver.py imports it from here
 
 log = logging.getLogger("digital_human.batch")
 

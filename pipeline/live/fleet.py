@@ -263,8 +263,7 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_fleet_args(args: argparse.Namespace) -> None:
     """Everything that can be checked before Ray starts or a model loads; one clear error naming the fix."""
-    from ...optional_parts import extra_problem
-    from ...preflight import PreflightError, check_input_files
+    from .run import check_serve_inputs
 
     if args.replicas is not None and args.replicas < 1:
         raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
@@ -274,12 +273,7 @@ def check_fleet_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--gpus-per-replica must be >= 0, got {args.gpus_per_replica:g}")
     if args.max_sessions < 1:
         raise ValueError(f"--max-sessions must be at least 1, got {args.max_sessions}")
-    problem = extra_problem("serve-fleet", "fleet", FLEET_MODULES)
-    if problem:
-        raise PreflightError(problem)
-    if not Path(args.face).is_file():
-        raise ValueError(f"--face '{args.face}' does not exist; give a photo or a talking video of the person")
-    check_input_files(args)
+    check_serve_inputs(args, "serve-fleet", "fleet", FLEET_MODULES)
     for option in SHIPPED:
         path = getattr(args, option, None)
         if path and Path(path).stat().st_size > MAX_SHIPPED_MB << 20:

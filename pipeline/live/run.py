@@ -77,17 +77,22 @@ def build_live(args: argparse.Namespace) -> Any:
     return SessionManager(face, voice, args.max_sessions)
 
 
-def serve(args: argparse.Namespace) -> dict[str, Any]:
+def check_serve_inputs(args: argparse.Namespace, command: str, extra: str, modules: tuple[str, ...]) -> None:
+    """The extra `command` needs, the face, the voice/speaker files and the model's and engine's extras and
+    files: named before any model is built (`serve`, and every replica's inputs for `serve-fleet`)."""
     from ...optional_parts import extra_problem
     from ...preflight import PreflightError, check_input_files
 
-    # the [live] extra, the model's and the engine's extras and files: named before any model is built
-    problem = extra_problem("serve", "live", ("aiohttp", "av", "aiortc"))
+    problem = extra_problem(command, extra, modules)
     if problem:
         raise PreflightError(problem)
     if not Path(args.face).is_file():
         raise ValueError(f"--face '{args.face}' does not exist; give a photo or a talking video of the person")
     check_input_files(args)
+
+
+def serve(args: argparse.Namespace) -> dict[str, Any]:
+    check_serve_inputs(args, "serve", "live", ("aiohttp", "av", "aiortc"))
 
     from aiohttp import web
 
