@@ -99,11 +99,18 @@ def load_whisper(path: Path, device: str = "cpu", dtype: torch.dtype = torch.flo
 @lru_cache(maxsize=2)
 def mel_filters() -> torch.Tensor:
     """(80, 201) Slaney mel filterbank of whisper (0-8 kHz at 16 kHz)."""
+    return torch.from_numpy(_mel_filters().copy())
+
+
+@lru_cache(maxsize=1)
+def _mel_filters() -> np.ndarray:
+    """Made once per process: the first call imports transformers (about a second, which every request paid when
+    the filters were made per call)."""
     from transformers.audio_utils import mel_filter_bank
 
     fb = mel_filter_bank(num_frequency_bins=N_FFT // 2 + 1, num_mel_filters=N_MELS, min_frequency=0.0,
                          max_frequency=SAMPLE_RATE / 2, sampling_rate=SAMPLE_RATE, norm="slaney", mel_scale="slaney")
-    return torch.from_numpy(np.asarray(fb, np.float32).T.copy())
+    return np.asarray(fb, np.float32).T.copy()
 
 
 def log_mel(wave: np.ndarray | torch.Tensor, filters: torch.Tensor | None = None) -> torch.Tensor:

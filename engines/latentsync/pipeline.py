@@ -27,6 +27,7 @@ residual adds and the 5-D <-> per-frame layout copies around cuDNN's convolution
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -247,6 +248,7 @@ class FastPath:
         return sdpa_kernel([first] + [b for b in names.values() if b != first], set_priority=True)
 
 
+GRAPHS_ENV = "DIGITAL_HUMAN_LATENTSYNC_GRAPHS"  # "1": the compiled steps replayed from CUDA graphs (off until measured)
 GRAPHED = ("step", "step_reuse")   # called every DDIM step; the VAE's functions run once or twice a window
 
 
@@ -280,7 +282,8 @@ def fast_path(net: Networks, cfg: bool) -> FastPath:
     with _CACHE_LOCK:
         hit = net.compiled.get(key)
         if hit is None:
-            hit = net.compiled[key] = FastPath(net, 1 if cfg else 0)
+            hit = net.compiled[key] = FastPath(net, 1 if cfg else 0,
+                                               graphs=os.environ.get(GRAPHS_ENV, "").strip() == "1")
         return hit
 
 

@@ -10,7 +10,8 @@ the crop (face pixels) and the paste weight go to the shared driver, whose paste
 reference's blend (weight x face + (1 - weight) x frame). The paste weight's erosion and blur are sized from
 the face's area in crop pixels (the reference: frame pixels; the same fraction of the face).
 
-Memory: one window's faces on the device, a few windows' crops on the host (streamed), the affines of the
+Memory: one window's faces on the device, a few windows' crops on the host (streamed) and one window queued
+ahead (its faces cut while the model runs the window before it; see _Renderer._compute), the affines of the
 reference frames (N x 2 x 3): flat in the video's length.
 """
 from __future__ import annotations
@@ -95,7 +96,10 @@ def resolve_setting(name: str, given: float | None, default: float, env: str) ->
     return value, None
 
 
+WINDOWS_AHEAD = 1  # windows queued on the model beyond the one being restored (0: one window at a time)
 _POOL: Any = None
+_PREP: Any = None
+_DENOISE: Any = None
 
 
 def _pool() -> Any:
@@ -106,6 +110,19 @@ def _pool() -> Any:
 
         _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="latentsync-warp")
     return _POOL
+
+
+def _single(name: str) -> Any:
+    """One worker thread of the process (`prep` cuts windows' faces; `denoise` runs windows on the model in the
+    order they were asked for: the draws of a video's generator are a sequence)."""
+    global _PREP, _DENOISE
+    from concurrent.futures import ThreadPoolExecutor
+
+    if name == "prep":
+        _PREP = _PREP or ThreadPoolExecutor(max_workers=1, thread_name_prefix="latentsync-prep")
+        return _PREP
+    _DENOISE = _DENOISE or ThreadPoolExecutor(max_workers=1, thread_name_prefix="latentsync-denoise")
+    return _DENOISE
 
 
 class _Renderer:
@@ -127,14 +144,26 @@ class _Renderer:
         self._keep = keep_windows
         self._masks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
+        self._ahead: dict[int, Any] = {}  # window -> future of (refs, generated faces on the host)
+        self._windows_total = -(-len(idx) // self.win)
         self._restart()
 
     def _restart(self) -> None:
         import torch
 
+        self._drain()
         self.generator = torch.Generator(device="cpu").manual_seed(int(self.seed))
         self.noise = self.pipe.initial_noise(self.generator)
         self.next_window = 0
+
+    def _drain(self) -> None:
+        """Let the windows launched ahead finish (they draw from the generator) and forget them."""
+        ahead, self._ahead = getattr(self, "_ahead", {}), {}
+        for future in ahead.values():
+            try:
+                future.result()
+            except BaseException:  # noqa: BLE001 - an unread window ahead; its error is not this caller's
+                pass
 
     def crop_affine(self, r: int) -> np.ndarray:
         """crop -> face box: the face box affine after the inverse of the track's source -> crop affine."""
@@ -176,14 +205,11 @@ class _Renderer:
             self.next_window += 1
         return self._windows[w][1]
 
-    def _compute(self, k: int) -> list[np.ndarray]:
-        import torch
-
+    def _prepare(self, k: int) -> tuple[list[int], np.ndarray, Any]:
+        """(reference frames, uint8 faces cut for the model, audio windows) of window k: CPU work."""
         from ...engines.latentsync.audio import frame_windows
-        from .geometry import face_back, face_crop
+        from .geometry import face_crop
 
-        if self.should_stop is not None and self.should_stop():
-            raise InterruptedError("stopped")
         t0 = time.perf_counter()
         lo, hi = k * self.win, min((k + 1) * self.win, len(self.idx))
         refs = [int(r) for r in self.idx[lo:hi]]
@@ -191,8 +217,43 @@ class _Renderer:
         faces = np.stack(list(_pool().map(
             lambda r: face_crop(np.asarray(self.track.frames[r]), self.affines[r], self.res), refs)))
         audio = frame_windows(self.features, range(lo, hi), self.fps, self.pipe.net.feat_length)
-        t1 = time.perf_counter()
+        self._add_time("faces", time.perf_counter() - t0)
+        return refs, faces, audio
+
+    def _denoise(self, k: int, prepared: Any) -> tuple[list[int], Any]:
+        """Window k through the model (on the denoise thread, windows in order); the faces back on the host."""
+        if self.should_stop is not None and self.should_stop():
+            raise InterruptedError("stopped")
+        refs, faces, audio = prepared.result()
+        t0 = time.perf_counter()
         out = self.pipe.window(faces, audio, self.noise, self.generator).float().cpu()
+        self._add_time("unet", time.perf_counter() - t0)
+        return refs, out
+
+    def _launch(self, k: int) -> None:
+        """Queue window k (its faces cut on the prep thread, then the model on the denoise thread), once."""
+        if k in self._ahead or not 0 <= k < self._windows_total:
+            return
+        prepared = _single("prep").submit(self._prepare, k)
+        self._ahead[k] = _single("denoise").submit(self._denoise, k, prepared)
+
+    def _add_time(self, key: str, seconds: float) -> None:
+        self.timings[key] = self.timings.get(key, 0.0) + seconds  # (a float add under the GIL: threads may call)
+
+    def _compute(self, k: int) -> list[np.ndarray]:
+        """Window k's crops. The next window is queued before this one's faces are restored: the model runs it
+        while this thread (and the caller, pasting into the frames) does the CPU work of this one, and its
+        faces are cut while this one denoises. One window ahead at most: one more window's faces on the host,
+        the device still holds one window at a time (one denoise thread)."""
+        import torch
+
+        from .geometry import face_back
+
+        if self.should_stop is not None and self.should_stop():
+            raise InterruptedError("stopped")
+        for j in range(WINDOWS_AHEAD + 1):
+            self._launch(k + j)
+        refs, out = self._ahead.pop(k).result()
         t2 = time.perf_counter()
         for r in refs:  # the paste masks are cached per reference frame: made once, outside the threads
             self._support(r)
@@ -204,9 +265,7 @@ class _Renderer:
             return np.where(self._masks[r][1], face.numpy(), base)
 
         crops = list(_pool().map(crop, range(len(refs))))
-        t3 = time.perf_counter()
-        self.timings["faces"] = self.timings.get("faces", 0.0) + (t1 - t0) + (t3 - t2)
-        self.timings["unet"] = self.timings.get("unet", 0.0) + (t2 - t1)
+        self._add_time("faces", time.perf_counter() - t2)
         return crops
 
     def render(self, start: int, stop: int) -> tuple[np.ndarray, None]:
