@@ -48,6 +48,7 @@ import copy
 import json
 import math
 import statistics
+import os
 import sys
 import tempfile
 import time
