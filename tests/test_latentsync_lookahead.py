@@ -1,7 +1,8 @@
 """LatentSync's renderer queues the next window on the model while it restores the current one (talking_head/
 latentsync/crops.py, WINDOWS_AHEAD): the crops must be those of one window at a time, to the byte (the video's
 generator is drawn window by window in order), in streaming order, on a random access that restarts the
-draws, and a stop must end the render."""
+draws, and a stop must end the render. And a face the loop shows again is not encoded again (the VAE moments
+kept per reference frame), with the same frames."""
 from __future__ import annotations
 
 import numpy as np
@@ -85,3 +86,41 @@ def test_a_stop_ends_the_render_and_leaves_no_window_running(track, wave, releas
     renderer = gen.render.__self__
     for future in renderer._ahead.values():
         assert isinstance(future.exception(timeout=60), InterruptedError)
+
+
+def test_a_face_shown_again_is_not_encoded_again(release):
+    """The VAE posterior's moments are kept per reference frame (pipeline.window's keys): a window of faces already
+    encoded calls no encoder and gives the frames a fresh encode gives (the generator's draws are still made)."""
+    import torch
+
+    from digital_human.engines.latentsync.files import locate
+    from digital_human.engines.latentsync.pipeline import LatentSyncPipeline, load_networks
+
+    net = load_networks(locate(release))
+    r = net.resolution
+    rng = np.random.default_rng(5)
+    faces = rng.integers(0, 256, (4, r, r, 3), dtype=np.uint8)
+    audio = torch.from_numpy(rng.standard_normal((4, 50, 384)).astype(np.float32))
+    encodes = {"n": 0}
+    real_encode = net.vae.encode
+
+    def counted(x):
+        encodes["n"] += 1
+        return real_encode(x)
+
+    net.vae.encode = counted
+
+    def run(keys, windows):
+        pipe = LatentSyncPipeline(net, steps=2)
+        g = torch.Generator().manual_seed(11)
+        noise = pipe.initial_noise(g)
+        return [pipe.window(faces[order], audio, noise, g, keys=None if keys is None else [keys[i] for i in order])
+                for order in windows]
+
+    orders = [[0, 1, 2, 3], [3, 2, 1, 0]]  # the second window shows the same faces backwards (a ping-pong loop)
+    plain = run(None, orders)
+    plain_encodes, encodes["n"] = encodes["n"], 0
+    kept = run([10, 11, 12, 13], orders)
+    assert encodes["n"] == plain_encodes // 2  # the second window encoded nothing
+    for a, b in zip(plain, kept):
+        assert torch.equal(a, b)

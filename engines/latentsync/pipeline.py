@@ -30,6 +30,8 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,6 +250,7 @@ class FastPath:
         return sdpa_kernel([first] + [b for b in names.values() if b != first], set_priority=True)
 
 
+MOMENTS_KEPT = 512  # VAE posterior moments kept per pipeline: 256 reference frames x (masked, reference)
 GRAPHS_ENV = "DIGITAL_HUMAN_LATENTSYNC_GRAPHS"  # "1": the compiled steps replayed from CUDA graphs (off until measured)
 GRAPHED = ("step", "step_reuse")   # called every DDIM step; the VAE's functions run once or twice a window
 
@@ -304,6 +307,10 @@ class LatentSyncPipeline:
         self.timesteps = self.scheduler.timesteps
         self.latent_size = net.resolution // 8
         self._emb: dict[tuple[int, int], torch.Tensor] = {}
+        # the VAE posterior's (mean, std) per (kind, reference frame) of this pipeline's video: a face is encoded
+        # once however often the loop shows it (the draws from the generator are made every window, as the
+        # reference's); MOMENTS_KEPT entries at most (mean and std: 64 KiB an entry at 512 px in FP16, 32 MiB)
+        self._moments: OrderedDict[tuple[str, Any], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
         self.compile_note: str | None = None
         self.fast: FastPath | None = None
         if compile and net.device.type != "cuda":
@@ -318,13 +325,28 @@ class LatentSyncPipeline:
         noise = torch.randn(shape, generator=generator, device=generator.device, dtype=self.net.dtype)
         return noise * self.scheduler.init_noise_sigma
 
-    def _encode(self, pixels: torch.Tensor, generator: torch.Generator, fast: FastPath | None) -> torch.Tensor:
-        """VAE posterior sample x scaling (latent_dist.sample(generator)), noise drawn on the generator's device."""
-        if fast is not None:
-            mean, std = fast("moments", pixels)
-        else:  # a few frames at a time (module doc, Memory); the noise below stays one draw, as the reference's
-            dists = [self.net.vae.encode(chunk).latent_dist for chunk in pixels.split(EAGER_VAE_FRAMES)]
-            mean, std = torch.cat([d.mean for d in dists]), torch.cat([d.std for d in dists])
+    def _encode(self, pixels: Callable[[], torch.Tensor], generator: torch.Generator, fast: FastPath | None,
+                kind: str = "", keys: list | None = None) -> torch.Tensor:
+        """VAE posterior sample x scaling (latent_dist.sample(generator)), noise drawn on the generator's device.
+        pixels: makes the window's input (on the device) when it has to be encoded. keys: the window's reference
+        frames (their moments are kept under (kind, key); all kept = no encode)."""
+        kept = [self._moments.get((kind, k)) for k in keys] if keys else [None]
+        if all(hit is not None for hit in kept):
+            for k in keys:
+                self._moments.move_to_end((kind, k))
+            mean, std = torch.stack([m for m, _ in kept]), torch.stack([s for _, s in kept])
+        else:
+            x = pixels()
+            if fast is not None:
+                mean, std = fast("moments", x)
+            else:  # a few frames at a time (module doc, Memory); the noise below stays one draw, as the reference's
+                dists = [self.net.vae.encode(chunk).latent_dist for chunk in x.split(EAGER_VAE_FRAMES)]
+                mean, std = torch.cat([d.mean for d in dists]), torch.cat([d.std for d in dists])
+            for i, k in enumerate(keys or []):
+                self._moments[(kind, k)] = (mean[i].clone(), std[i].clone())
+                self._moments.move_to_end((kind, k))
+            while len(self._moments) > MOMENTS_KEPT:
+                self._moments.popitem(last=False)
         eps = torch.randn(mean.shape, generator=generator, device=generator.device, dtype=mean.dtype)
         return (mean + std * eps.to(mean.device)) * SCALING_FACTOR
 
@@ -363,9 +385,10 @@ class LatentSyncPipeline:
 
     @torch.no_grad()
     def window(self, faces: np.ndarray | torch.Tensor, audio: torch.Tensor, noise: torch.Tensor,
-               generator: torch.Generator) -> torch.Tensor:
+               generator: torch.Generator, keys: list | None = None) -> torch.Tensor:
         """Generated faces (f, 3, r, r) in [-1, 1]-ish (device, model dtype) of one window: uint8 faces (f, r, r, 3),
-        audio windows (f, 50, 384), the video's noise from initial_noise()."""
+        audio windows (f, 50, 384), the video's noise from initial_noise(). keys: one per face, equal for equal
+        faces (the renderer: the reference frame's index), so that a face shown again is not encoded again."""
         net, dev, dt = self.net, self.net.device, self.net.dtype
         f = len(faces)
         # the compiled functions have one static shape: a full window (a shorter last one runs eager)
@@ -373,8 +396,8 @@ class LatentSyncPipeline:
         pixels, masked, masks = self.prepare(faces)
         lat = self.latent_size
         mask_lat = F.interpolate(masks, size=(lat, lat)).to(device=dev, dtype=dt)
-        masked_lat = self._encode(masked.to(device=dev, dtype=dt), generator, fast)
-        ref_lat = self._encode(pixels.to(device=dev, dtype=dt), generator, fast)
+        masked_lat = self._encode(lambda: masked.to(device=dev, dtype=dt), generator, fast, "masked", keys)
+        ref_lat = self._encode(lambda: pixels.to(device=dev, dtype=dt), generator, fast, "reference", keys)
         cfg = self.guidance > 1.0
         rows = 2 if cfg else 1
 

@@ -226,7 +226,7 @@ class _Renderer:
             raise InterruptedError("stopped")
         refs, faces, audio = prepared.result()
         t0 = time.perf_counter()
-        out = self.pipe.window(faces, audio, self.noise, self.generator).float().cpu()
+        out = self.pipe.window(faces, audio, self.noise, self.generator, keys=refs).float().cpu()
         self._add_time("unet", time.perf_counter() - t0)
         return refs, out
 
