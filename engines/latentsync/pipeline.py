@@ -393,6 +393,9 @@ class LatentSyncPipeline:
         f = len(faces)
         # the compiled functions have one static shape: a full window (a shorter last one runs eager)
         fast = self.fast if f == net.num_frames else None
+        if dev.type == "cuda":  # the uint8 faces up (a quarter of float32's bytes), normalised there: the same
+            # IEEE operations as on the CPU, so the same values, and no CPU pass while the device waits
+            faces = torch.as_tensor(np.asarray(faces)).to(dev, non_blocking=False)
         pixels, masked, masks = self.prepare(faces)
         lat = self.latent_size
         mask_lat = F.interpolate(masks, size=(lat, lat)).to(device=dev, dtype=dt)
