@@ -147,3 +147,35 @@ def test_device_sampling_follows_the_lm_distribution(lm):
     counts = np.bincount(firsts, minlength=logp.numel())
     assert set(np.flatnonzero(counts)) <= set(np.flatnonzero(exact))
     assert _chi2_p(counts, exact) > 1e-4
+
+
+@pytest.mark.parametrize("device_sampling", [True, False])
+def test_generations_that_take_turns_on_one_decoder_keep_their_own_state(lm, device_sampling):
+    """Live sessions share one decoder and advance their generations a piece at a time, other sessions' pieces in
+    between: each generation must get the tokens it gets alone (StaticDecoder.claim parks and restores the state;
+    before it, a generation resumed from another's prompt, cache and sampler state)."""
+    model, args = lm
+    other = (args[0].flip(1),) + args[1:]  # another text
+    dec = StaticDecoder(model, capacity=256, sampling=model.sampling if device_sampling else None, readback=4)
+
+    def gen(a, seed):
+        return model.generate(*a, generator=torch.Generator().manual_seed(seed), decoder=dec, min_tokens=24,
+                              max_tokens=24)
+
+    alone_a, alone_b = list(gen(args, 6)), list(gen(other, 4))  # seeds whose calls run the whole 24 tokens
+    assert len(alone_a) == len(alone_b) == 24 and alone_a != alone_b
+    # token by token, and in uneven pieces (5, then all of b, then the rest of a), with a third started and dropped
+    a, b = gen(args, 6), gen(other, 4)
+    got_a, got_b = [], []
+    for _ in range(24):
+        got_a.append(next(a))
+        got_b.append(next(b))
+    assert (got_a, got_b) == (alone_a, alone_b)
+    a, b, c = gen(args, 6), gen(other, 4), gen(other, 12)
+    got_a = [next(a) for _ in range(5)]
+    next(c)
+    got_b = list(b)
+    del c  # dropped mid-way (an interrupted session): nothing of it stays parked
+    got_a += list(a)
+    assert (got_a, got_b) == (alone_a, alone_b)
+    assert not dec._parked

@@ -14,9 +14,10 @@ The two draw from the same distribution but not the same tokens for a seed (see 
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -212,24 +213,30 @@ class SpeechLM(nn.Module):
         if decoder is not None and decoder.sampling is not None:
             yield from self._generate_on_device(decoder, embeds, generator, min_len, max_len, banned, first_readback)
             return
-        cache = None
-        for step in range(max_len):
-            if decoder is None:
-                hidden, cache = self._step(embeds, cache)
-                logp = self.llm_decoder(hidden).log_softmax(dim=-1)[0]
-            elif step == 0:
-                logp = decoder.prefill(embeds)
-            else:
-                logp = decoder.step(history[-1])
-            if step < min_len:
-                logp[banned] = -float("inf")
-            token = ras_sample(logp, history, self.sampling, generator)
-            if token in self.stop_tokens:
-                return
-            yield token
-            history.append(token)
-            if decoder is None:
-                embeds = self.speech_embedding.weight[token].reshape(1, 1, -1)
+        cache, me = None, _Generation()
+        try:
+            for step in range(max_len):
+                if decoder is None:
+                    hidden, cache = self._step(embeds, cache)
+                    logp = self.llm_decoder(hidden).log_softmax(dim=-1)[0]
+                elif step == 0:
+                    decoder.claim(me)
+                    logp = decoder.prefill(embeds)
+                else:
+                    decoder.claim(me)  # another generation may have used the decoder while this one was suspended
+                    logp = decoder.step(history[-1])
+                if step < min_len:
+                    logp[banned] = -float("inf")
+                token = ras_sample(logp, history, self.sampling, generator)
+                if token in self.stop_tokens:
+                    return
+                yield token
+                history.append(token)
+                if decoder is None:
+                    embeds = self.speech_embedding.weight[token].reshape(1, 1, -1)
+        finally:
+            if decoder is not None:
+                decoder.release(me)
 
     def _generate_on_device(self, decoder: "StaticDecoder", embeds: torch.Tensor, generator: torch.Generator | None,
                             min_len: int, max_len: int, banned: list[int] | None = None,
@@ -239,18 +246,25 @@ class SpeechLM(nn.Module):
         token within a read-back block are discarded (their K/V writes land in slots no later step reads)."""
         if max_len <= 0:
             return
-        decoder.begin(embeds, generator, min_len, banned)  # prefill and token 0
-        read, drawn = 0, 1
-        while read < max_len:
-            block = decoder.readback if read or not first_readback else max(1, min(first_readback, decoder.readback))
-            end = min(read + block, max_len)
-            decoder.advance(end - drawn)
-            drawn = end
-            for token in decoder.drawn[read:end].tolist():  # the one sync per block
-                if token in self.stop_tokens:
-                    return
-                yield token
-            read = end
+        me = _Generation()
+        try:
+            decoder.claim(me)
+            decoder.begin(embeds, generator, min_len, banned)  # prefill and token 0
+            read, drawn = 0, 1
+            while read < max_len:
+                block = decoder.readback if read or not first_readback else max(1, min(first_readback,
+                                                                                       decoder.readback))
+                end = min(read + block, max_len)
+                decoder.claim(me)  # another generation may have used the decoder while this one was suspended
+                decoder.advance(end - drawn)
+                drawn = end
+                for token in decoder.drawn[read:end].tolist():  # the one sync per block
+                    if token in self.stop_tokens:
+                        return
+                    yield token
+                read = end
+        finally:
+            decoder.release(me)
 
 
 def _cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -261,6 +275,10 @@ def _cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 PV_CHUNKS = 32  # stages of the fused step's attention-weighted sum over the cache (see StaticDecoder._attend)
+
+
+class _Generation:
+    """Who is decoding (one `generate` call): StaticDecoder.claim keeps each suspended generation's state apart."""
 
 
 def _fuse_rows(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -350,6 +368,11 @@ class StaticDecoder:
         self.end_of_speech = torch.arange(vocab, device=self.device) == lm.speech_token_size
         self.graph: torch.cuda.CUDAGraph | None = None
         self.out: torch.Tensor | None = None
+        # Several generations may be suspended at once (live sessions' streams share one decoder, each advanced a
+        # piece at a time): the one whose state the buffers hold, the others' state parked (claim)
+        self.used = 0  # cache slots holding this generation's keys/values (prompt + steps), host-side
+        self._owner: Any = None  # weakref to the _Generation whose state the buffers hold
+        self._parked: "weakref.WeakKeyDictionary[_Generation, dict]" = weakref.WeakKeyDictionary()
         self.step_kind = step
         self.gemv = gemv if compile else "linear"
         self._fused: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
@@ -396,6 +419,58 @@ class StaticDecoder:
 
     def fits(self, length: int) -> bool:
         return length <= self.capacity
+
+    # --- generations that take turns ---------------------------------------------------------------------------
+    _STATE = ("pos", "token", "step_index", "min_len", "window", "uniforms", "drawn", "end_of_speech")
+
+    def claim(self, generation: Any) -> None:
+        """Make the buffers hold `generation`'s state before it uses the decoder: when another generation used it
+        since (live sessions share one decoder, each advancing a piece at a time, other sessions' pieces in between),
+        that one's state is parked (copied aside) and this one's parked state, if any, copied back in place (the
+        captured graph reads the buffers' addresses). Only the cache slots in use are copied. Why: without it a
+        session's next piece continued from another session's prompt and tokens (its KV cache, position and
+        sampler state). Free when one generation runs alone. Not thread-safe: callers hold one lock around every
+        use of the decoder (live: the voice's), and every generation's work is read back (synchronised) before
+        it is suspended, so the buffers are settled when another claims them."""
+        owner = self._owner() if self._owner is not None else None
+        if owner is generation:
+            return
+        if owner is not None:
+            self._parked[owner] = self._park()
+        saved = self._parked.pop(generation, None)
+        if saved is not None:
+            self._restore(saved)
+        self._owner = weakref.ref(generation)
+
+    def release(self, generation: Any) -> None:
+        """`generation` has ended: nothing of it is parked or kept."""
+        self._parked.pop(generation, None)
+        if self._owner is not None and self._owner() is generation:
+            self._owner = None
+
+    def _park(self) -> dict:
+        n = max(0, min(int(self.used), self.capacity))
+        saved = {"used": n, "keys": [k[:, :, :n].clone() for k in self.keys],
+                 "values": [v[:, :, :n].clone() for v in self.values],
+                 **{name: getattr(self, name).clone() for name in self._STATE}}
+        if self.device.type == "cuda":  # restored maybe from another thread's stream: it waits for these copies
+            saved["event"] = torch.cuda.Event()
+            saved["event"].record(torch.cuda.current_stream(self.device))
+        return saved
+
+    def _restore(self, saved: dict) -> None:
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        if stream is not None:
+            stream.wait_event(saved["event"])
+        n = saved["used"]
+        for dst, src in zip(self.keys + self.values, saved["keys"] + saved["values"]):
+            dst[:, :, :n].copy_(src)
+        for name in self._STATE:
+            getattr(self, name).copy_(saved[name])
+        self.used = n
+        if stream is not None:  # the copies may be freed (with `saved`) before this stream has read them
+            for t in saved["keys"] + saved["values"] + [saved[name] for name in self._STATE]:
+                t.record_stream(stream)
 
     def _reset(self) -> None:
         self.pos.zero_()
@@ -538,11 +613,13 @@ class StaticDecoder:
             k_cache[:, :, :n].copy_(k)
             v_cache[:, :, :n].copy_(v)
         self.pos.fill_(n)
+        self.used = n
         return self.lm.llm_decoder(hidden).float().log_softmax(dim=-1)[0]
 
     def step(self, token: int) -> torch.Tensor:
         """Feed back `token`; log-probabilities of the next one (a copy: callers may edit it)."""
         self.token.fill_(int(token))
+        self.used += 1
         if self.graph is None:
             return self._graph_step().clone()
         self.graph.replay()
@@ -570,6 +647,7 @@ class StaticDecoder:
 
     def advance(self, steps: int) -> None:
         """Run `steps` decode steps from self.token, each drawing the next token (no host sync)."""
+        self.used += max(0, int(steps))
         for _ in range(steps):
             if self.graph is None:
                 self._graph_step()
