@@ -11,10 +11,15 @@ else shares the call (see _pad).
 
 Torch tensors on CUDA: the caller's stream is recorded with an event that the worker's stream waits for before
 it stacks the inputs, and the caller's stream waits for an event recorded after the call, so the rows may be
-made and used on any stream (the call itself returns once its work is queued, as the function does).
+made and used on any stream (the call itself returns once its work is queued, as the function does); the rows a
+caller gets are marked as used on its stream (record_stream), so their memory, allocated on the worker's stream, is
+not handed out again there before the caller's queued work on them has run. `stream_priority`: the worker runs
+the calls on a CUDA stream of its own at that priority (engines/cuda_streams.py; the live talking head's steps
+have deadlines), instead of its current (the default) stream.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -71,7 +76,7 @@ class CallBatcher:
 
     def __init__(self, fn: Callable[..., Any], *, window_s: float = 0.004, max_rows: int = 64,
                  max_waiting: int = 32, active_s: float = 0.5, quantum: int = 1,
-                 name: str = "call-batcher") -> None:
+                 name: str = "call-batcher", stream_priority: int | None = None) -> None:
         self.fn, self.window_s, self.max_rows = fn, float(window_s), max(1, int(max_rows))
         self.quantum = max(1, int(quantum))
         self.active_s = float(active_s)
@@ -80,6 +85,8 @@ class CallBatcher:
         self._last_seen: dict[int, float] = {}
         self._seen_lock = threading.Lock()
         self._closed = threading.Event()
+        self.stream_priority = stream_priority
+        self._streams: dict[Any, Any] = {}  # the worker's own CUDA stream per device (stream_priority)
         self.calls = 0      # batched calls run
         self.rows_run = 0   # rows through them (rows_run / calls = the mean batch)
         self.largest = 0    # the most requests in one call
@@ -110,12 +117,32 @@ class CallBatcher:
         if finished is not None:  # the rows are used on the caller's stream: after the batched call's work
             import torch
 
-            torch.cuda.current_stream(args[0].device).wait_event(finished)
+            current = torch.cuda.current_stream(args[0].device)
+            current.wait_event(finished)
+            for part in result if isinstance(result, tuple) else (result,):
+                if _is_cuda(part):  # made on the worker's stream, freed after the caller's use is queued
+                    part.record_stream(current)
         return result
 
     def close(self) -> None:
         self._closed.set()
         self._worker.join(timeout=5)
+
+    def _worker_stream(self, device: Any) -> Any:
+        """The stream the worker runs a CUDA call on: its own at stream_priority (made once per device; none when
+        streams are switched off, engines/cuda_streams.py), else its current stream."""
+        import torch
+
+        if self.stream_priority is not None:
+            from .cuda_streams import new_stream, streams_enabled
+
+            if streams_enabled():
+                key = str(device)
+                if key not in self._streams:
+                    self._streams[key] = new_stream(device, self.stream_priority)
+                if self._streams[key] is not None:
+                    return self._streams[key]
+        return torch.cuda.current_stream(device)
 
     def _others_active(self, batch: list[_Request]) -> bool:
         """Whether a caller active within active_s has no request in `batch` yet (its next one may come)."""
@@ -159,15 +186,18 @@ class CallBatcher:
                 continue
             try:
                 cuda = batch[0].ready is not None
+                scope: Any = contextlib.nullcontext()
                 if cuda:
                     import torch
 
-                    stream = torch.cuda.current_stream(batch[0].args[0].device)
+                    stream = self._worker_stream(batch[0].args[0].device)
                     for r in batch:
                         stream.wait_event(r.ready)
-                stacked = [_pad(_cat([r.args[i] for r in batch]), self.quantum)
-                           for i in range(len(batch[0].args))]
-                out = self.fn(*stacked)
+                    scope = torch.cuda.stream(stream)
+                with scope:
+                    stacked = [_pad(_cat([r.args[i] for r in batch]), self.quantum)
+                               for i in range(len(batch[0].args))]
+                    out = self.fn(*stacked)
                 finished = None
                 if cuda:
                     finished = torch.cuda.Event()

@@ -381,9 +381,14 @@ class FastCFM:
         self.prepared = 0   # frames prepare() covered (0 = none)
         # Every graph allocates from one shared pool: a graph's intermediates are dead once its output is cloned,
         # so the next graph may reuse them (a pool each would hold the sum of a live chunk's 18 buckets).
-        # Sharing is safe only if replays never overlap: _replay_lock.
+        # Sharing is safe only if replays never overlap: _replay_lock, and on the device _done (below).
         self._pool: Any = None
         self._replay_lock = threading.Lock()
+        # The lock orders the calls' queueing only. Callers on different CUDA streams (the live server's stage
+        # threads each have one: engines/cuda_streams.py) would have their copy-in, replay and clone run side by side
+        # on the device, over the same static inputs and pool; so each call's stream first waits for the event
+        # recorded after the previous call's clone.
+        self._done: Any = None
 
     def _graph(self, padded: int, steps: int, inputs: dict[str, torch.Tensor]):
         key = (padded, steps)
@@ -442,10 +447,17 @@ class FastCFM:
             return out[:, :, :frames]
         with self._replay_lock:  # one replay at a time: the graphs share their memory pool
             replay, static, out = self._graph(padded, steps, inputs)
+            stream = torch.cuda.current_stream(out.device) if out.is_cuda else None
+            if stream is not None and self._done is not None:
+                stream.wait_event(self._done)  # the previous call's clone, whatever stream it was queued on
             for name, value in inputs.items():
                 static[name].copy_(value)
             replay()
-            return out[:, :, :frames].clone()
+            result = out[:, :, :frames].clone()
+            if stream is not None:
+                self._done = torch.cuda.Event()
+                self._done.record(stream)
+            return result
 
 
 log = logging.getLogger("digital_human.cosyvoice")

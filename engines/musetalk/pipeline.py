@@ -508,12 +508,16 @@ class MuseTalkPipeline:
         sessions, 4 frames each) run as one batched step (engines/call_batcher.py): each caller gets its own
         rows. A row's result does not depend on the others (the UNet and decoder are per sample); every step is
         padded to a multiple of `quantum` rows, since on the CPU a convolution may round a row differently at
-        another batch size (1-3 or 5 rows vs 4 or 8: tests/test_live_batching.py compares)."""
+        another batch size (1-3 or 5 rows vs 4 or 8: tests/test_live_batching.py compares). On CUDA the batcher's
+        thread queues the steps on a stream of its own at the talking head's priority (engines/cuda_streams.py):
+        not behind other threads' work on the default stream (with graphs the step itself runs on the pipeline's
+        stream, as before)."""
         from ..call_batcher import CallBatcher
+        from ..cuda_streams import FACE_PRIORITY
 
         if self._batcher is None:
             self._batcher = CallBatcher(self._generate_now, window_s=window_s, max_rows=max_rows,
-                                        quantum=quantum, name="musetalk-batcher")
+                                        quantum=quantum, name="musetalk-batcher", stream_priority=FACE_PRIORITY)
 
     @property
     def batcher(self) -> Any:

@@ -108,6 +108,24 @@ class LiveFace:
             self._stream = PhotoStream(self.track, self.fps, backend=backend)
             self._paste = self._photo_paste(self._stream.mask)
 
+    @property
+    def cuda_device(self) -> str | None:
+        """The CUDA device the talking head's work runs on ("cuda", "cuda:1"), or None on the CPU: a session's face
+        stage queues its work on a stream of its own there (session.Session._stage_stream). MuseTalk on a photo:
+        its pipeline's device; other models pick their device when they run (CUDA when torch can use it), and
+        the portrait warp without smoothing runs on the host. Loads nothing."""
+        from ...engines.cuda_streams import cuda_device_name
+
+        if self._stream is not None:
+            return cuda_device_name(self._stream.pipe.device)
+        if self.model == "portrait" and self.smooth <= 0:
+            return None
+        if self.device is not None:
+            return cuda_device_name(self.device)
+        from ...engines.devices import torch_cuda_usable
+
+        return "cuda" if torch_cuda_usable() else None
+
     def warm(self, wave: np.ndarray, rate: int) -> None:
         """Make the frames of one piece once: the model's first call sets itself up (seconds on a CPU)."""
         wave = np.concatenate([wave, np.zeros(-len(wave) % int(round(rate / self.fps)), np.float32)])

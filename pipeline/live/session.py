@@ -4,7 +4,8 @@ Stages run on their own threads joined by small bounded queues (back-pressure, n
 audio: every tick is one video frame and the `samples_per_frame` audio samples shown with it, so tick k's video
 timestamp is k * samples_per_frame audio samples and audio and video cannot drift apart. When no speech frame
 is ready the tick is an idle frame with silence. Interrupt = a new epoch: every stage compares its work's epoch
-with the session's and drops what is stale, queued frames included.
+with the session's and drops what is stale, queued frames included. On a GPU the TTS and talking-head stages each
+queue their device work on a CUDA stream of their stage, the talking head's at a higher priority (_stage_stream).
 """
 from __future__ import annotations
 
@@ -165,7 +166,35 @@ class Session:
         if self._on_done is not None:
             self._on_done(utterance)
 
+    def _stage_stream(self, part: Any, role: str, priority: int) -> Any:
+        """The context a stage thread runs its whole loop in: the CUDA stream of its stage (`role`: every session's
+        TTS threads share one, their talking-head threads another, at a higher priority) on the device of `part`
+        (the face or the voice: its `cuda_device`), so that TTS work and talking-head work do not queue behind each
+        other on the default stream (engines/cuda_streams.py says why a stage's, not a thread's); a no-op on the
+        CPU, and with DIGITAL_HUMAN_LIVE_STREAMS=0. What the stages hand each other is host data (numpy pieces and
+        frames), made and read back on the stage's stream."""
+        from ...engines import cuda_streams
+
+        try:
+            device = getattr(part, "cuda_device", None)
+        except Exception as exc:  # noqa: BLE001 - no stream of its own is slower, never wrong
+            log.warning("session %s: device of %s unknown (%s); default stream", self.id, type(part).__name__, exc)
+            device = None
+        return cuda_streams.thread_stream(device, priority=priority, role=role)
+
     def _tts_stage(self) -> None:
+        from ...engines.cuda_streams import TTS_PRIORITY, TTS_ROLE
+
+        with self._stage_stream(self.voice, TTS_ROLE, TTS_PRIORITY):
+            self._tts_loop()
+
+    def _face_stage(self) -> None:
+        from ...engines.cuda_streams import FACE_PRIORITY, FACE_ROLE
+
+        with self._stage_stream(self.face, FACE_ROLE, FACE_PRIORITY):  # frames have deadlines: the higher priority
+            self._face_loop()
+
+    def _tts_loop(self) -> None:
         while (utterance := self._get(self._texts)) is not None:
             epoch = utterance.epoch
             if epoch != self.epoch:
@@ -187,7 +216,7 @@ class Session:
             else:
                 self._finish(utterance, "interrupted")
 
-    def _face_stage(self) -> None:
+    def _face_loop(self) -> None:
         spf = self.samples_per_frame
         while (item := self._get(self._pieces)) is not None:
             epoch, utterance, piece, last = item

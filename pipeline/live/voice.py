@@ -98,6 +98,15 @@ class LiveVoice:
         self.rate = int(self.engine.sample_rate)
         self._lock = FirstPiecesFirst()
 
+    @property
+    def cuda_device(self) -> str | None:
+        """The CUDA device the engine runs on ("cuda", "cuda:1"; CosyVoice 2 and 3 say theirs), or None (the CPU,
+        ONNX Runtime, an engine that does not say): a session's TTS stage queues its work on a stream of its own
+        there (session.Session._stage_stream). Loads nothing."""
+        from ...engines.cuda_streams import cuda_device_name
+
+        return cuda_device_name(getattr(self.engine, "device", None))
+
     def warm(self, max_speech_seconds: float = 20.0) -> Piece:
         """One short sentence, so that no utterance pays the model load; and
         an engine with CUDA graphs (CosyVoice 2's fast path) captures every graph a text chunk of up to

@@ -1,0 +1,107 @@
+"""CUDA streams other than the default one for the live server's stages: a session's TTS and talking-head threads,
+and the batched talking-head step, queue their device work on streams of their own instead of the default stream.
+
+Why: every thread of a process starts on the default stream, and the device runs one stream's work in order. A
+live session's TTS thread queues its next pieces' work (LM steps, the flow's CUDA-graph replays of 50-80 ms, HiFT)
+while its talking-head thread needs a few milliseconds of whisper and UNet work for the first frame; on one stream
+that frame's work queues behind what the TTS queued before it (the likely cause of 169 ms from the first TTS piece to
+the first frame on an H200, 2026-12-03, for a 4-frame step of a few ms; benchmarks/gpu_live.py --face-profile
+measures both ways). On streams of their own the two run side by side, and the talking
+head's streams get a higher priority (its frames have deadlines; a later TTS piece has the slack of the speech
+already made).
+
+What a thread must still do itself: a tensor made on one stream and used on another needs the other to wait for it
+(an event, or wait_stream) and, if it is freed while that use may still be queued, `record_stream`; the live stages
+hand each other host data only (numpy pieces and frames), and the call batcher synchronises its callers' rows.
+
+One stream per role, not one per thread (`role`): cuBLAS keeps a workspace (up to 32 MB on a Hopper GPU) per
+(thread's handle, stream) pair and never frees it, and torch hands streams out round-robin from a pool of 32 per
+priority, so a new stream for every session's threads would let a long-running server's workspaces grow with the
+sessions it has served (render_video's paste stream is one per device for the same reason). The live TTS calls are
+serialised by the voice's lock anyway, so one TTS stream loses nothing; the sessions' talking-head threads share one
+high-priority stream for their few milliseconds of whisper work and copies (the batched model step runs on the
+call batcher's own stream).
+
+Off switch: DIGITAL_HUMAN_LIVE_STREAMS=0 keeps every thread on its current (default) stream, as before (the A/B of
+benchmarks/gpu_live.py --face-profile). Nothing here imports torch unless a CUDA device is named.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from typing import Any
+
+log = logging.getLogger("digital_human.engines")
+STREAMS_ENV = "DIGITAL_HUMAN_LIVE_STREAMS"  # "0": no streams of their own (every stage on the default stream)
+FACE_PRIORITY = -1  # the talking head's streams (frames have deadlines); lower numbers run first
+TTS_PRIORITY = 0    # CUDA's default, the lowest
+FACE_ROLE, TTS_ROLE = "live-face", "live-tts"
+_ROLES: dict[tuple[str, int, str], Any] = {}  # (device type, index, role) -> its stream (or None: none could be made)
+_ROLES_LOCK = threading.Lock()
+
+
+def streams_enabled() -> bool:
+    """Whether stage threads get streams of their own (read at each call: DIGITAL_HUMAN_LIVE_STREAMS=0 = no)."""
+    return os.environ.get(STREAMS_ENV, "").strip() != "0"
+
+
+def cuda_device_name(device: Any) -> str | None:
+    """`device` (a string, a torch.device, or None) as a CUDA device string ("cuda", "cuda:1"), or None when it is
+    not a CUDA device. Imports nothing."""
+    if device is None:
+        return None
+    text = str(device)
+    return text if text == "cuda" or text.startswith("cuda:") else None
+
+
+def new_stream(device: Any, priority: int = 0) -> Any:
+    """A torch.cuda.Stream on `device` at `priority` (clamped to the device's range by torch), or None: not a CUDA
+    device, CUDA unusable, streams switched off, or the stream could not be made (logged)."""
+    name = cuda_device_name(device)
+    if name is None or not streams_enabled():
+        return None
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return torch.cuda.Stream(device=torch.device(name), priority=int(priority))
+    except Exception as exc:  # noqa: BLE001 - no stream of its own is slower, never wrong
+        log.warning("[digital_human] no CUDA stream of its own for this thread (%s); using the current one", exc)
+        return None
+
+
+def role_stream(device: Any, role: str, priority: int = 0) -> Any:
+    """The process's one stream for `role` on `device` (made at the first call's `priority`), or None as new_stream."""
+    name = cuda_device_name(device)
+    if name is None or not streams_enabled():
+        return None
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        dev = torch.device(name)
+        key = (dev.type, torch.cuda.current_device() if dev.index is None else dev.index, role)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("[digital_human] no CUDA stream for %s (%s); using the current one", role, exc)
+        return None
+    with _ROLES_LOCK:
+        if key not in _ROLES:
+            _ROLES[key] = new_stream(f"cuda:{key[1]}", priority)
+        return _ROLES[key]
+
+
+def thread_stream(device: Any, priority: int = 0, role: str | None = None) -> contextlib.AbstractContextManager:
+    """A context in which the calling thread's device work on `device` goes to a stream other than the default one:
+    the process's stream for `role` (role_stream; the live stages: FACE_ROLE, TTS_ROLE), or without a role a new
+    stream at `priority`. contextlib.nullcontext() when `device` is None or not CUDA, CUDA is unusable, or streams are
+    switched off (DIGITAL_HUMAN_LIVE_STREAMS=0): the CPU path is unchanged."""
+    stream = role_stream(device, role, priority) if role is not None else new_stream(device, priority)
+    if stream is None:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.stream(stream)
