@@ -27,6 +27,11 @@ the frames decoded per second at each client, and the speech frames that came la
   python benchmarks/gpu_live.py --save-state state.npz --out -   # here (librosa): the speaker state, carried
   python benchmarks/gpu_live.py --state state.npz --out $OUT/gpu_live.json                # GPU, full size
   python benchmarks/gpu_live.py --size reduced --device cpu --phases 1:2,2:2 --out /tmp/gl.json   # CPU smoke test
+
+--tts-profile N / --face-profile N time the first TTS piece and a piece's first frame by part before the sessions
+(report["tts_profile"], report["face_profile"]); --phases none measures no sessions. Each session's TTS and face
+stages run on CUDA streams of their own (engines/cuda_streams.py); DIGITAL_HUMAN_LIVE_STREAMS=0 puts them all back
+on the default stream (the face profile measures a piece's first frame under a concurrent TTS both ways).
 """
 from __future__ import annotations
 
@@ -203,6 +208,179 @@ def tts_profile(voice, hops: list[int], repeats: int) -> dict:
     return out
 
 
+FACE_PROFILE_TTS_TEXT = ("Thank you for waiting, the package will arrive on Monday morning. If you are not at home, "
+                         "the driver will leave it with a neighbour and put a card through your door. You can also "
+                         "pick it up at the post office from Tuesday, with the card and a photo identity document.")
+
+
+def _first_frame(face, wave: np.ndarray, rate: int) -> float:
+    """Seconds from LiveFace.speech to its first frame (what a session's face stage waits for a piece's first frame)."""
+    t0 = time.perf_counter()
+    frames = face.speech(wave, rate, 0)
+    try:
+        next(frames)
+        return time.perf_counter() - t0
+    finally:
+        frames.close()
+
+
+def _face_times(face, wave: np.ndarray, rate: int, repeats: int, jitter: bool = False, stop=None) -> list:
+    """_first_frame `repeats` times on this thread, in the stream sessions' face stages get (none when streams
+    are off). jitter: a short pause before each, so that they land at varied points of a concurrent TTS's work."""
+    from digital_human.engines import cuda_streams
+
+    times = []
+    with cuda_streams.thread_stream(face.cuda_device, cuda_streams.FACE_PRIORITY, role=cuda_streams.FACE_ROLE):
+        for i in range(repeats):
+            if stop is not None and stop():
+                break
+            if jitter:
+                time.sleep(0.011 * (i % 7))
+            times.append(_first_frame(face, wave, rate))
+    return times
+
+
+def _ms_stats(values: list) -> dict:
+    import statistics
+
+    v = sorted(1000 * x for x in values)
+    if not v:
+        return {"n": 0}
+    return {"p50": round(statistics.median(v), 1), "p90": round(v[min(len(v) - 1, int(0.9 * len(v)))], 1),
+            "min": round(v[0], 1), "max": round(v[-1], 1), "n": len(v)}
+
+
+def _with_streams(on: bool):
+    """DIGITAL_HUMAN_LIVE_STREAMS set for a measurement (per-thread CUDA streams on or off), restored after."""
+    import contextlib
+
+    from digital_human.engines.cuda_streams import STREAMS_ENV
+
+    @contextlib.contextmanager
+    def scope():
+        before = os.environ.get(STREAMS_ENV)
+        os.environ[STREAMS_ENV] = "1" if on else "0"
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(STREAMS_ENV, None)
+            else:
+                os.environ[STREAMS_ENV] = before
+    return scope()
+
+
+def _under_tts(face, voice, wave: np.ndarray, repeats: int, streams: bool) -> dict:
+    """The first frame of `wave` timed `repeats` times while another thread speaks a long text (voice.pieces, over
+    and over): the contention a session's face stage meets from the TTS. Each thread runs in the stream a session's
+    stage gets (engines/cuda_streams.py), or, with streams off, on the default stream as before."""
+    from digital_human.engines import cuda_streams
+
+    stop, started, made, errors = threading.Event(), threading.Event(), [0], []
+
+    def tts() -> None:
+        try:
+            with cuda_streams.thread_stream(voice.cuda_device, cuda_streams.TTS_PRIORITY, role=cuda_streams.TTS_ROLE):
+                while not stop.is_set():
+                    for _ in voice.pieces(FACE_PROFILE_TTS_TEXT):
+                        made[0] += 1
+                        started.set()
+                        if stop.is_set():
+                            break
+        except Exception as exc:  # noqa: BLE001 - reported with the figures
+            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+        finally:
+            started.set()
+
+    with _with_streams(streams):
+        thread = threading.Thread(target=tts, name="face-profile-tts", daemon=True)
+        thread.start()
+        started.wait(300)
+        try:
+            times = _face_times(face, wave, voice.rate, repeats, jitter=True, stop=lambda: bool(errors))
+        finally:
+            stop.set()
+            thread.join(timeout=300)
+    return {"first_frame_ms": _ms_stats(times), "tts_pieces_made": made[0], "tts_error": errors[0] if errors else None}
+
+
+def face_profile(face, voice, wave: np.ndarray, repeats: int) -> dict:
+    """Where the first frame of a speech piece spends its time (MuseTalk on the photo: LiveFace.speech ->
+    PhotoStream.crops): the whisper windows (engines.musetalk.audio.audio_windows), the first render step (reference
+    latents, the batched UNet + VAE decode, the copy back, the resize into the crop), of which the model step
+    (MuseTalkPipeline.generate_device: upload, UNet, VAE decode, uint8), and the paste into the full frame; the
+    device synchronised at each border, `repeats` times, medians in ms. Then the whole first frame without the
+    borders' syncs: alone, and while another thread speaks a long text, with every thread on the default stream
+    (DIGITAL_HUMAN_LIVE_STREAMS=0, as before) and with the per-thread streams of live sessions."""
+    import statistics
+
+    import torch
+
+    from digital_human.engines.musetalk import audio as mt_audio
+    from digital_human.pipeline.live.face import _silent
+
+    stream = getattr(face, "_stream", None)
+    if stream is None:
+        return {"error": "the face profile times MuseTalk on a photo (LiveFace's PhotoStream); this face has none"}
+    spf = int(round(voice.rate / face.fps))
+    wave = np.asarray(wave, np.float32)
+    wave = np.concatenate([wave, np.zeros(-len(wave) % spf, np.float32)])
+    out: dict = {"piece_s": round(len(wave) / voice.rate, 3), "frames": len(wave) // spf, "repeats": repeats,
+                 "silent_piece": bool(_silent(wave)), "face_device": face.cuda_device,
+                 "voice_device": voice.cuda_device}
+    cuda = stream.pipe.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    marks: dict = {}
+
+    def timed(name, fn):
+        def call(*a, **k):
+            if name in marks:  # the first call of the piece only (its first frame's)
+                return fn(*a, **k)
+            sync()
+            t0 = time.perf_counter()
+            result = fn(*a, **k)
+            sync()
+            marks[name] = time.perf_counter() - t0
+            return result
+        return call
+
+    pipe, renderer_type = stream.pipe, stream._renderer_type
+    windows0, render0, paste0 = mt_audio.audio_windows, renderer_type.render, face._paste
+    had_step = "generate_device" in pipe.__dict__
+    step0 = pipe.generate_device
+    mt_audio.audio_windows = timed("windows", windows0)
+    renderer_type.render = timed("render", render0)
+    face._paste = timed("paste", paste0)
+    pipe.generate_device = timed("step", step0)
+    rows = []
+    try:
+        with _with_streams(False):
+            for _ in range(repeats):
+                marks.clear()
+                sync()
+                total = _first_frame(face, wave, voice.rate)
+                rows.append({"total": total, **marks,
+                             "other": total - sum(marks.get(k, 0.0) for k in ("windows", "render", "paste"))})
+    finally:
+        mt_audio.audio_windows, renderer_type.render, face._paste = windows0, render0, paste0
+        if had_step:
+            pipe.generate_device = step0
+        else:
+            del pipe.generate_device
+    med = lambda key: round(1000 * statistics.median(r.get(key, 0.0) for r in rows), 1)  # noqa: E731
+    parts = {"windows_ms": med("windows"), "render_ms": med("render"), "step_ms": med("step"),
+             "paste_ms": med("paste"), "other_ms": med("other"), "total_ms": med("total")}
+    out["parts_synced"] = parts
+    for streams in (False, True):
+        with _with_streams(streams):
+            sync()
+            out[f"alone_{'own_streams' if streams else 'default_stream'}"] = _ms_stats(
+                _face_times(face, wave, voice.rate, repeats))
+    out["with_tts_default_stream"] = _under_tts(face, voice, wave, repeats, streams=False)
+    out["with_tts_own_streams"] = _under_tts(face, voice, wave, repeats, streams=True)
+    return out
+
+
 def save_state(args: argparse.Namespace) -> None:
     import_pack()
     from digital_human.engines.cosyvoice.random_release import write_random_release
@@ -228,7 +406,7 @@ def server_main(args: argparse.Namespace) -> None:
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    phases = [parse_phase(p) for p in args.phases.split(",")]
+    phases = [] if args.phases == "none" else [parse_phase(p) for p in args.phases.split(",")]
     report = {"benchmark": "gpu_live", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "commit": args.commit, "size": args.size, "device": args.device,
               "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
@@ -259,14 +437,20 @@ def server_main(args: argparse.Namespace) -> None:
     piece = voice.warm(max_speech_seconds=max(token_limits("x" * 10 ** 4)["max_tokens"] / 25, 20.0))
     report["voice_prepared"] = voice.prepared
     face.warm(piece.wave, voice.rate)
-    max_sessions = max(n for n, _, _ in phases)
+    max_sessions = max((n for n, _, _ in phases), default=1)
     report["warm_step_ms"] = warm_batches(face, 4 * max_sessions)
     report["warm_s"] = round(time.perf_counter() - t0, 1)
     if args.tts_profile:
         hop = voice.first_hop_tokens
         report["tts_profile"] = tts_profile(voice, [8, 4], args.tts_profile)
         voice.first_hop_tokens = hop
-    print(json.dumps({k: v for k, v in report.items() if k != "phases"}), flush=True)
+    if args.face_profile:
+        t1 = time.perf_counter()
+        report["face_profile"] = face_profile(face, voice, piece.wave, args.face_profile)
+        report["face_profile"]["seconds"] = round(time.perf_counter() - t1, 1)
+    print(json.dumps({k: v for k, v in report.items() if k not in ("phases", "face_profile")}), flush=True)
+    if "face_profile" in report:  # a line of its own (a log viewer cuts long lines)
+        print(json.dumps({"face_profile": report["face_profile"]}), flush=True)
     save()
     manager = SessionManager(face, voice, max_sessions=max_sessions)
     server = RunningServer(LiveServer(manager))
@@ -452,11 +636,15 @@ def main() -> None:
     parser.add_argument("--size", choices=("full", "reduced"), default="full")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--phases", default="1:16,8:104", help="SESSIONS:UTTERANCES[:opus|aac],... run one after "
-                        "another (the websocket stream's audio codec; default opus)")
+                        "another (the websocket stream's audio codec; default opus); none: no sessions (profiles only)")
     parser.add_argument("--first-hop", type=int, default=0, help="CosyVoice 2's first piece in speech tokens "
                         "(0 = the engine's FIRST_HOP_TOKENS)")
     parser.add_argument("--tts-profile", type=int, default=0, help="before the sessions: CosyVoice 2's first live "
                         "piece timed by part (prompt + first token, flow, HiFT) this many times for first hops 8 and 4")
+    parser.add_argument("--face-profile", type=int, default=0, help="before the sessions: the first frame of a "
+                        "speech piece (the warm-up piece) timed by part (whisper windows, first render step, model "
+                        "step, paste) this many times, then whole while another thread speaks, on the default stream "
+                        "(DIGITAL_HUMAN_LIVE_STREAMS=0) and on per-thread streams")
     parser.add_argument("--face", default=str(ROOT.parent / "shared" / "data" / "image" / "face_01_female.jpg"))
     parser.add_argument("--face-models", default=os.environ.get("DIGITAL_HUMAN_MODELS", str(ROOT.parent / "models"))
                         + "/face")

@@ -1,0 +1,46 @@
+"""benchmarks/gpu_live.py's CPU smoke run of its profiles (--size reduced --device cpu --phases none): the TTS and
+face profiles run and report every part, the face's first frame also under a concurrent TTS on the default stream
+and on per-thread streams (the same on a CPU: no streams there). The GPU figures come from the H200 run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+for module in ("transformers", "diffusers", "librosa", "aiohttp", "av"):
+    pytest.importorskip(module)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_face_profile_runs_on_the_cpu(setup_models, data_dir, tmp_path):
+    from digital_human.paths import models_root
+
+    out = tmp_path / "gl.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_live.py"), "--size", "reduced", "--device", "cpu",
+           "--phases", "none", "--face-profile", "2", "--tts-profile", "1", "--work", str(tmp_path / "work"),
+           "--face", str(data_dir / "image" / "face_01_female.jpg"), "--face-models", str(models_root() / "face"),
+           "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+    report = json.loads(out.read_text())
+    assert report["phases"] == []
+    assert set(report["tts_profile"]) == {"8", "4"}
+    prof = report["face_profile"]
+    assert prof["face_device"] is None and prof["voice_device"] is None  # the CPU: no streams
+    assert not prof["silent_piece"] and prof["frames"] >= 4
+    parts = prof["parts_synced"]
+    for key in ("windows_ms", "render_ms", "step_ms", "paste_ms", "total_ms"):
+        assert parts[key] > 0, key
+    assert parts["step_ms"] <= parts["render_ms"] <= parts["total_ms"]
+    assert parts["windows_ms"] + parts["render_ms"] + parts["paste_ms"] <= parts["total_ms"] * 1.05
+    for key in ("alone_default_stream", "alone_own_streams"):
+        assert prof[key]["n"] == 2 and prof[key]["p50"] > 0
+    for key in ("with_tts_default_stream", "with_tts_own_streams"):
+        assert prof[key]["tts_error"] is None and prof[key]["tts_pieces_made"] >= 1
+        assert prof[key]["first_frame_ms"]["n"] == 2
