@@ -251,7 +251,7 @@ def _ms_stats(values: list) -> dict:
 
 
 def _with_streams(on: bool):
-    """DIGITAL_HUMAN_LIVE_STREAMS set for a measurement (per-thread CUDA streams on or off), restored after."""
+    """DIGITAL_HUMAN_LIVE_STREAMS set for a measurement (the live stages' CUDA streams on or off), restored after."""
     import contextlib
 
     from digital_human.engines.cuda_streams import STREAMS_ENV
@@ -311,7 +311,7 @@ def face_profile(face, voice, wave: np.ndarray, repeats: int) -> dict:
     (MuseTalkPipeline.generate_device: upload, UNet, VAE decode, uint8), and the paste into the full frame; the
     device synchronised at each border, `repeats` times, medians in ms. Then the whole first frame without the
     borders' syncs: alone, and while another thread speaks a long text, with every thread on the default stream
-    (DIGITAL_HUMAN_LIVE_STREAMS=0, as before) and with the per-thread streams of live sessions."""
+    (DIGITAL_HUMAN_LIVE_STREAMS=0, as before) and with the live stages' own streams."""
     import statistics
 
     import torch
@@ -644,7 +644,7 @@ def main() -> None:
     parser.add_argument("--face-profile", type=int, default=0, help="before the sessions: the first frame of a "
                         "speech piece (the warm-up piece) timed by part (whisper windows, first render step, model "
                         "step, paste) this many times, then whole while another thread speaks, on the default stream "
-                        "(DIGITAL_HUMAN_LIVE_STREAMS=0) and on per-thread streams")
+                        "(DIGITAL_HUMAN_LIVE_STREAMS=0) and on the live stages' own streams")
     parser.add_argument("--face", default=str(ROOT.parent / "shared" / "data" / "image" / "face_01_female.jpg"))
     parser.add_argument("--face-models", default=os.environ.get("DIGITAL_HUMAN_MODELS", str(ROOT.parent / "models"))
                         + "/face")

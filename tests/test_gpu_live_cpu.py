@@ -1,6 +1,6 @@
 """benchmarks/gpu_live.py's CPU smoke run of its profiles (--size reduced --device cpu --phases none): the TTS and
 face profiles run and report every part, the face's first frame also under a concurrent TTS on the default stream
-and on per-thread streams (the same on a CPU: no streams there). The GPU figures come from the H200 run."""
+and on the live stages' own streams (the same on a CPU: no streams there). The GPU figures come from the H200 run."""
 from __future__ import annotations
 
 import json
