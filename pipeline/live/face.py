@@ -71,10 +71,12 @@ class LiveFace:
     def __init__(self, face: Path, *, model: str = "portrait", fps: float = 25.0, backend: str = "auto",
                  max_side: int = 512, crop_size: str = "auto", smooth: float = 0.0, idle_motion: bool = True,
                  max_seconds: float = 30.0, seed: int = 0, device: str | None = None,
-                 batch_sessions: bool = True) -> None:
+                 batch_sessions: bool = True, fast_path: bool | None = None) -> None:
         """batch_sessions: the talking-head steps of concurrent sessions run as one batched model call, for the
         models whose generator takes a batch (MuseTalk: engines/call_batcher.py). `portrait` is a per-frame
-        warp with no network to batch; its frames are made on each session's own thread."""
+        warp with no network to batch; its frames are made on each session's own thread. fast_path: the
+        model's compiled path where it has one (MuseTalk: its step compiled and replayed from CUDA graphs;
+        None = the model's default or its variable)."""
         from ..main_job import StageTimer, _faces_from_file
         from ...talking_head.registry import model_problem
 
@@ -82,6 +84,7 @@ class LiveFace:
         if problem:
             raise ValueError(f"--model {model}: {problem}")
         self.model, self.fps, self.backend, self.smooth, self.device = model, float(fps), backend, smooth, device
+        self.fast_path = fast_path
         self.track, _, self.report = _faces_from_file(StageTimer(), Path(face), self.fps, backend, max_seconds,
                                                       max_side or None, None, 0, model, crop_size)
         self.photo = len(self.track) == 1
@@ -105,7 +108,7 @@ class LiveFace:
         if model == "musetalk" and self.photo and smooth <= 0:
             from ...talking_head.musetalk.stream import PhotoStream
 
-            self._stream = PhotoStream(self.track, self.fps, backend=backend)
+            self._stream = PhotoStream(self.track, self.fps, backend=backend, compile=fast_path)
             self._paste = self._photo_paste(self._stream.mask)
 
     @property
@@ -206,7 +209,7 @@ class LiveFace:
                                             fps=self.fps)
         gen = generate_crops(track, wave, rate, self.model, self.fps, loop_mode="hold", streaming=True,
                              backend=self.backend, max_audio_seconds=max(600.0, math.ceil(len(wave) / rate) + 1),
-                             phones=phones, should_stop=should_stop)
+                             phones=phones, should_stop=should_stop, fast_path=self.fast_path)
         if self.photo and self.smooth <= 0:  # the fast path: no smoothing window, one reference frame
             paste = self._photo_paste(gen.mask(0))
             for start, stop in _steps(len(gen), first=SPEECH_CHUNK_FRAMES if self.batched else 1):

@@ -84,10 +84,13 @@ class LiveVoice:
 
     def __init__(self, engine: Any = "kokoro", speaker: Any = None, base_voice: str = "auto",
                  backend: str = "auto", language: str = "auto", speed: float = 1.0,
-                 token_limits: Callable[[str], dict] | None = None, first_hop_tokens: int | None = None) -> None:
+                 token_limits: Callable[[str], dict] | None = None, first_hop_tokens: int | None = None,
+                 engine_options: dict[str, Any] | None = None) -> None:
+        """engine_options: get_engine's options for an engine named by `engine` (voice.engines.engine_options:
+        the fast path on CUDA)."""
         from ...voice.engines import get_engine
 
-        self.engine = get_engine(engine) if isinstance(engine, str) else engine
+        self.engine = get_engine(engine, **(engine_options or {})) if isinstance(engine, str) else engine
         self.engine_name = engine if isinstance(engine, str) else self.engine.name
         self.speaker, self.base_voice = speaker, base_voice
         self.backend, self.language, self.speed = backend, language, speed

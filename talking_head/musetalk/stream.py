@@ -27,7 +27,10 @@ class PhotoStream:
     """photo track (one frame) -> `crops(wave, rate)`: its generated crops, a few frames a step."""
 
     def __init__(self, track: Any, fps: float, *, backend: str = "auto", precision: str = "auto",
-                 models_root: Any = None, mask: str | None = None, seed: int = 0) -> None:
+                 models_root: Any = None, mask: str | None = None, seed: int = 0,
+                 compile: bool | None = None) -> None:
+        """compile: MuseTalk's compiled step replayed from CUDA graphs (CUDA only; None = the
+        DIGITAL_HUMAN_MUSETALK_COMPILE variable; the variable, when 1 or 0, wins)."""
         from ...engines.musetalk.audio import feature_extractor
         from ...engines.musetalk.files import locate
         from ...engines.musetalk.networks import cached_networks
@@ -49,7 +52,7 @@ class PhotoStream:
             parser = cached_parser(device, models_root)
         self.track, self.fps = track, float(fps)
         self.extractor = feature_extractor(self.net.files.whisper_dir)
-        self.pipe = cached_pipeline(self.net, seed=seed, compile=switch(None, MUSETALK_COMPILE_ENV))
+        self.pipe = cached_pipeline(self.net, seed=seed, compile=switch(compile, MUSETALK_COMPILE_ENV))
         self.backend = f"torch-{device} {prec}"
         self.warnings = list(notes) + [mask_note(mask_source, files.face_parsing, files.root, mask)]
         self._parser = parser
