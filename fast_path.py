@@ -38,12 +38,11 @@ SONIC_COST = ("Sonic fast path (torch.compile of the UNet's blocks, CUDA only; f
               "(benchmarks/RESULTS_sonic.md, 2026-12-02). Ignored on the CPU. "
               "Override: DIGITAL_HUMAN_SONIC_COMPILE=1 or 0.")
 LATENTSYNC_COST = ("LatentSync fast path (torch.compile of the UNet step and the VAE, CUDA only): the first 16-frame "
-                   "window of a process compiles first, about 110 s on an H200 (UNet step 82 s, VAE encoder and "
-                   "decoder 14 s each), then a window runs 1.53x faster than the reference's eager FP16 (6.2 vs 4.0 "
-                   "frames/s) with the same frames to FP16 rounding (max 1.25 of 255 levels) and less GPU memory "
-                   "(7.8 vs 13.0 GiB peak; benchmarks/RESULTS.md, 2026-12-02); the DeepCache mode compiles its cheap "
-                   "step too; worth it for long clips or many requests. Ignored on the CPU. "
-                   "Override: DIGITAL_HUMAN_LATENTSYNC_COMPILE=1 or 0.")
+                   "window of a process compiles first, about 180 s on an H200, then the whole pipeline runs 1.71x "
+                   "the reference's (6.0 vs 3.5 frames/s) with the same frames to FP16 rounding (max 1.25 of 255 "
+                   "levels) and less GPU memory (7.9 vs 12.4 GiB peak; benchmarks/RESULTS.md, 2026-12-03); the "
+                   "DeepCache mode compiles its cheap step too; worth it for long clips or many requests. Ignored on "
+                   "the CPU. Override: DIGITAL_HUMAN_LATENTSYNC_COMPILE=1 or 0.")
 
 _announced: set[str] = set()
 
