@@ -56,18 +56,27 @@ def cuda_device_name(device: Any) -> str | None:
     return text if text == "cuda" or text.startswith("cuda:") else None
 
 
-def new_stream(device: Any, priority: int = 0) -> Any:
-    """A torch.cuda.Stream on `device` at `priority` (clamped to the device's range by torch), or None: not a CUDA
-    device, CUDA unusable, streams switched off, or the stream could not be made (logged)."""
+def _cuda(device: Any) -> Any:
+    """`device` as a torch.device when it names a usable CUDA device and streams are on, else None (torch is
+    imported only for a CUDA name)."""
     name = cuda_device_name(device)
     if name is None or not streams_enabled():
         return None
+    import torch
+
+    return torch.device(name) if torch.cuda.is_available() else None
+
+
+def new_stream(device: Any, priority: int = 0) -> Any:
+    """A torch.cuda.Stream on `device` at `priority` (clamped to the device's range by torch), or None: not a CUDA
+    device, CUDA unusable, streams switched off, or the stream could not be made (logged)."""
     try:
+        dev = _cuda(device)
+        if dev is None:
+            return None
         import torch
 
-        if not torch.cuda.is_available():
-            return None
-        return torch.cuda.Stream(device=torch.device(name), priority=int(priority))
+        return torch.cuda.Stream(device=dev, priority=int(priority))
     except Exception as exc:  # noqa: BLE001 - no stream of its own is slower, never wrong
         log.warning("[digital_human] no CUDA stream of its own for this thread (%s); using the current one", exc)
         return None
@@ -75,15 +84,12 @@ def new_stream(device: Any, priority: int = 0) -> Any:
 
 def role_stream(device: Any, role: str, priority: int = 0) -> Any:
     """The process's one stream for `role` on `device` (made at the first call's `priority`), or None as new_stream."""
-    name = cuda_device_name(device)
-    if name is None or not streams_enabled():
-        return None
     try:
+        dev = _cuda(device)
+        if dev is None:
+            return None
         import torch
 
-        if not torch.cuda.is_available():
-            return None
-        dev = torch.device(name)
         key = (dev.type, torch.cuda.current_device() if dev.index is None else dev.index, role)
     except Exception as exc:  # noqa: BLE001
         log.warning("[digital_human] no CUDA stream for %s (%s); using the current one", role, exc)
