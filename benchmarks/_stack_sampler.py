@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 
 def _where(frame, depth: int) -> str:
@@ -47,8 +48,11 @@ def _task_cpu() -> dict[int, float]:
 class StackSampler:
     """with StackSampler() as s: ...; s.report() -> per thread: samples, top stacks, CPU seconds."""
 
-    def __init__(self, interval_s: float = 0.004, depth: int = 3) -> None:
+    def __init__(self, interval_s: float = 0.004, depth: int = 3, group: Any = None) -> None:
+        """group: thread name -> the row it is counted in (e.g. every live session's clock thread in one row);
+        default: the name without a trailing pool number."""
         self.interval, self.depth = interval_s, depth
+        self.group = group or (lambda name: name.rstrip("0123456789_") or name)
         self.counts: dict[str, Counter] = {}
         self.samples: Counter = Counter()
         self._stop = threading.Event()
@@ -70,8 +74,7 @@ class StackSampler:
             for ident, frame in sys._current_frames().items():
                 if ident == me:
                     continue
-                name = self._names.get(ident, str(ident))
-                name = name.rstrip("0123456789_") or name  # pool threads: one row per pool
+                name = self.group(self._names.get(ident, str(ident)))  # pool threads: one row per pool
                 self.counts.setdefault(name, Counter())[_where(frame, self.depth)] += 1
                 self.samples[name] += 1
 
@@ -95,8 +98,8 @@ class StackSampler:
         names = {nid: self._names.get(ident, str(ident)) for ident, nid in self._native.items()}
         self.thread_cpu: Counter = Counter()
         for tid, sec in cpu1.items():
-            name = names.get(tid, "native (torch/OpenMP/other)")
-            name = name.rstrip("0123456789_") or name
+            name = names.get(tid)
+            name = "native (torch/OpenMP/other)" if name is None else self.group(name)
             self.thread_cpu[name] += sec - self.cpu0.get(tid, 0.0)
 
     def report(self, top: int = 12) -> dict:

@@ -49,6 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bootstrap import ROOT, import_pack  # noqa: E402
+from _stack_sampler import StackSampler  # noqa: E402
 
 TOKENS_PER_CHAR = 25 / 14
 PROMPT_TEXT = "This is the voice of the speaker."
@@ -428,7 +429,12 @@ def server_main(args: argparse.Namespace) -> None:
         (models / "face").symlink_to(Path(args.face_models).resolve())
     os.environ["DIGITAL_HUMAN_MODELS"] = str(models)
     place_musetalk(args.size, args.device, models)
-    face = LiveFace(Path(args.face), model="musetalk", max_side=512)
+    from digital_human.pipeline.live.run import live_fast_path
+
+    # serve's default: the compiled MuseTalk step on a CUDA GPU (--face-fast-path off: eager)
+    fast = live_fast_path({"auto": None, "on": True, "off": False}[args.face_fast_path])
+    face = LiveFace(Path(args.face), model="musetalk", max_side=512, fast_path=fast)
+    report["face_fast_path"] = fast
     report["face"] = face.report.splitlines()[0]
     stream = getattr(face, "_stream", None)
     report["face_prepared_once_s"] = None if stream is None else round(stream.prepare_seconds, 3)
@@ -469,7 +475,10 @@ def server_main(args: argparse.Namespace) -> None:
                    "--utterances", str(utterances), "--ws-audio", audio, "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
                                                                                         args.budget_s else 0)]
             t1 = time.perf_counter()
+            sampler = StackSampler(interval_s=0.01, depth=4, group=live_thread_row) if args.sample_stacks else None
             try:
+                if sampler is not None:
+                    sampler.__enter__()
                 proc = subprocess.run(cmd, capture_output=True, text=True,
                                       timeout=max(60, left + 30) if args.budget_s else None)
                 stdout, stderr, failed = proc.stdout, proc.stderr, proc.returncode != 0
@@ -477,7 +486,12 @@ def server_main(args: argparse.Namespace) -> None:
                 # 2026-12-03 ran past its time and its rows were lost with the whole phase)
                 text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
                 stdout, stderr, failed = text(exc.stdout), text(exc.stderr), True
+            finally:
+                if sampler is not None:
+                    sampler.__exit__(None, None, None)
             phase = json.loads(out.read_text()) if out.is_file() else partial_phase(stdout, stderr)
+            if sampler is not None:  # which of the server's threads spent the phase where (and their CPU seconds)
+                phase["server_threads"] = sampler.report(top=5)
             phase.update(sessions=sessions, audio=audio, wall_s=round(time.perf_counter() - t1, 1),
                          server_metrics=http(server.url, "GET", "/metrics")[1], batcher=_batcher_delta(pipe_stats))
             if failed or not phase.get("utterances"):
@@ -488,6 +502,15 @@ def server_main(args: argparse.Namespace) -> None:
     finally:
         server.stop()
     save()
+
+
+def live_thread_row(name: str) -> str:
+    """A server thread's row in the stack sampler: every session's thread of one stage together
+    ("live-s3-1a2b3c4d-_clock" -> "live-_clock"), pools without their number."""
+    import re
+
+    name = re.sub(r"^live-s\d+-[0-9a-f]+-", "live-", name)
+    return name.rstrip("0123456789_") or name
 
 
 def partial_phase(stdout: str, stderr: str) -> dict:
@@ -649,6 +672,10 @@ def main() -> None:
     parser.add_argument("--face-models", default=os.environ.get("DIGITAL_HUMAN_MODELS", str(ROOT.parent / "models"))
                         + "/face")
     parser.add_argument("--work", default="/tmp/gpu_live")
+    parser.add_argument("--face-fast-path", default="auto", choices=["auto", "on", "off"],
+                        help="MuseTalk's compiled step (auto: serve's default, on with CUDA)")
+    parser.add_argument("--sample-stacks", action="store_true", help="sample the server's threads during each "
+                        "phase (where each stage's threads spend the time, their CPU seconds)")
     parser.add_argument("--budget-s", type=float, default=0.0, help="start no phase, and no utterance, past this "
                         "many seconds of measuring (0 = no limit); the report says what was measured")
     parser.add_argument("--commit", default=os.environ.get("DH_COMMIT", ""))

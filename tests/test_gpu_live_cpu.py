@@ -44,3 +44,34 @@ def test_face_profile_runs_on_the_cpu(setup_models, data_dir, tmp_path):
     for key in ("with_tts_default_stream", "with_tts_own_streams"):
         assert prof[key]["tts_error"] is None and prof[key]["tts_pieces_made"] >= 1
         assert prof[key]["first_frame_ms"]["n"] == 2
+
+
+def test_the_stack_sampler_counts_every_session_of_a_stage_in_one_row():
+    import threading
+    import time
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _stack_sampler import StackSampler
+    from gpu_live import live_thread_row
+
+    assert live_thread_row("live-s3-1a2b3c4d-_clock") == "live-_clock"
+    assert live_thread_row("latentsync-warp_7") == "latentsync-warp"
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    threads = [threading.Thread(target=spin, name=f"live-s{i}-0badc0de-_clock") for i in (1, 2)]
+    with StackSampler(interval_s=0.002, group=live_thread_row) as sampler:
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        stop.set()
+        for t in threads:
+            t.join()
+    report = sampler.report()
+    assert "live-_clock" in report["threads"]
+    assert not any(name.startswith("live-s") for name in report["threads"])
+    assert report["threads"]["live-_clock"]["samples"] > 10
+    assert report["threads"]["live-_clock"]["cpu_s"] > 0
