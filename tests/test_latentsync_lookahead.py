@@ -1,5 +1,5 @@
 """LatentSync's renderer queues the next window on the model while it restores the current one (talking_head/
-latentsync/crops.py, WINDOWS_AHEAD): the crops must be those of one window at a time, to the byte (the video's
+latentsync/crops.py, windows_ahead: on a GPU): the crops must be those of one window at a time, to the byte (the video's
 generator is drawn window by window in order), in streaming order, on a random access that restarts the
 draws, and a stop must end the render. And a face the loop shows again is not encoded again (the VAE moments
 kept per reference frame), with the same frames."""
@@ -49,13 +49,14 @@ def _crops(track, wave, release, **kw):
 def test_windows_queued_ahead_give_the_one_at_a_time_crops(track, wave, release, monkeypatch):
     from digital_human.talking_head.latentsync import crops as ls
 
-    monkeypatch.setattr(ls, "WINDOWS_AHEAD", 0)
+    assert ls.windows_ahead("cpu") == 0 and ls.windows_ahead("cuda") == ls.WINDOWS_AHEAD == 1
+    monkeypatch.setattr(ls, "windows_ahead", lambda device: 0)
     one_at_a_time = _crops(track, wave, release)
     n = len(one_at_a_time)
     assert n == 40
     expected = np.concatenate([one_at_a_time.chunk(s, min(s + 8, n))[0] for s in range(0, n, 8)])
 
-    monkeypatch.setattr(ls, "WINDOWS_AHEAD", 1)
+    monkeypatch.setattr(ls, "windows_ahead", lambda device: 1)  # as on a GPU
     ahead = _crops(track, wave, release)
     renderer = ahead.render.__self__
     first, _ = ahead.chunk(0, 8)
@@ -72,7 +73,10 @@ def test_windows_queued_ahead_give_the_one_at_a_time_crops(track, wave, release,
     assert np.array_equal(again, expected[:4])
 
 
-def test_a_stop_ends_the_render_and_leaves_no_window_running(track, wave, release):
+def test_a_stop_ends_the_render_and_leaves_no_window_running(track, wave, release, monkeypatch):
+    from digital_human.talking_head.latentsync import crops as ls
+
+    monkeypatch.setattr(ls, "windows_ahead", lambda device: 1)  # as on a GPU
     calls = {"n": 0}
 
     def should_stop() -> bool:  # true once the first window has been asked for

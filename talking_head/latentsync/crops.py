@@ -10,7 +10,7 @@ the crop (face pixels) and the paste weight go to the shared driver, whose paste
 reference's blend (weight x face + (1 - weight) x frame). The paste weight's erosion and blur are sized from
 the face's area in crop pixels (the reference: frame pixels; the same fraction of the face).
 
-Memory: one window's faces on the device, a few windows' crops on the host (streamed) and one window queued
+Memory: one window's faces on the device, a few windows' crops on the host (streamed) and on a GPU one window queued
 ahead (its faces cut while the model runs the window before it; see _Renderer._compute), the affines of the
 reference frames (N x 2 x 3): flat in the video's length.
 """
@@ -96,7 +96,7 @@ def resolve_setting(name: str, given: float | None, default: float, env: str) ->
     return value, None
 
 
-WINDOWS_AHEAD = 1  # windows queued on the model beyond the one being restored (0: one window at a time)
+WINDOWS_AHEAD = 1  # windows queued on a GPU beyond the one being restored (0: one window at a time)
 _POOL: Any = None
 _PREP: Any = None
 _DENOISE: Any = None
@@ -110,6 +110,13 @@ def _pool() -> Any:
 
         _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="latentsync-warp")
     return _POOL
+
+
+def windows_ahead(device: Any) -> int:
+    """Windows to queue ahead on `device`: WINDOWS_AHEAD on CUDA, where the CPU work of a window overlaps the GPU's
+    denoising of the next; 0 on the CPU, where both would share the same cores (and a window queued ahead of a
+    render that failed would hold the process for as long as a CPU window takes)."""
+    return WINDOWS_AHEAD if getattr(device, "type", str(device)) == "cuda" else 0
 
 
 def _single(name: str) -> Any:
@@ -251,7 +258,7 @@ class _Renderer:
 
         if self.should_stop is not None and self.should_stop():
             raise InterruptedError("stopped")
-        for j in range(WINDOWS_AHEAD + 1):
+        for j in range(windows_ahead(self.pipe.net.device) + 1):
             self._launch(k + j)
         refs, out = self._ahead.pop(k).result()
         t2 = time.perf_counter()
