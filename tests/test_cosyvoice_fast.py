@@ -204,3 +204,30 @@ def test_fused_step_equals_reference_step(models, data):
     assert list(models.lm.generate(*args, generator=torch.Generator().manual_seed(2024))) == tokens
     with pytest.raises(ValueError):
         StaticDecoder(models.lm, capacity=8, step="other")
+
+
+def test_static_prefill_matches_transformers(models, data, monkeypatch):
+    """The prompt through the decoder's own forward, padded to a PREFILL_BUCKET multiple (static_prefill:
+    DIGITAL_HUMAN_COSYVOICE_STATIC_PREFILL=1), gives transformers' step-0 log-probabilities and K/V, and the
+    same tokens after it; padding rows never reach the real ones."""
+    from digital_human.engines.cosyvoice import lm as lm_module
+
+    args = _lm_inputs(data)
+    with torch.inference_mode():
+        embeds = models.lm.prompt_embeddings(*args)
+        n = embeds.shape[1]
+        plain = StaticDecoder(models.lm, capacity=128)
+        assert not plain.static_prefill  # off unless the variable says 1
+        ref = plain.prefill(embeds)
+        ref_keys = [k[:, :, :n].clone() for k in plain.keys]
+        monkeypatch.setenv(lm_module.PREFILL_ENV, "1")
+        monkeypatch.setattr(lm_module, "PREFILL_BUCKET", 8)  # the fixture's prompt is short: pad it
+        static = StaticDecoder(models.lm, capacity=128)
+        assert static.static_prefill and n % 8 != 0
+        got = static.prefill(embeds)
+        assert static.prepare_prefill(n) == 0  # graphs are CUDA's
+    assert float((got - ref).abs().max()) < 1e-4
+    assert max(float((a[:, :, :n] - b).abs().max()) for a, b in zip(static.keys, ref_keys)) < 1e-4
+    assert int(static.pos) == int(plain.pos) == n and static.used == n
+    tokens = list(models.lm.generate(*args, generator=torch.Generator().manual_seed(2024), decoder=static))
+    assert tokens == data["out_lm_tokens"].tolist()

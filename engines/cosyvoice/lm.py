@@ -14,6 +14,7 @@ The two draw from the same distribution but not the same tokens for a seed (see 
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -274,6 +275,11 @@ def _cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]  # transformers 5.x
 
 
+# The prompt's pass (prefill) through transformers' eager forward took ~50 ms on an H200 whatever the first hop
+# (2026-12-03: LM to its first tokens 54 ms for 4- and 8-token first pieces): launch-bound, like the steps were.
+PREFILL_ENV = "DIGITAL_HUMAN_COSYVOICE_STATIC_PREFILL"  # "1": StaticDecoder.static_prefill (not yet measured on a GPU)
+PREFILL_BUCKET = 64  # prompt lengths padded to a multiple of this: one captured graph per multiple
+
 PV_CHUNKS = 32  # stages of the fused step's attention-weighted sum over the cache (see StaticDecoder._attend)
 
 
@@ -373,6 +379,11 @@ class StaticDecoder:
         self.used = 0  # cache slots holding this generation's keys/values (prompt + steps), host-side
         self._owner: Any = None  # weakref to the _Generation whose state the buffers hold
         self._parked: "weakref.WeakKeyDictionary[_Generation, dict]" = weakref.WeakKeyDictionary()
+        # static_prefill: the prompt through the decoder's own forward at PREFILL_BUCKET-padded lengths (CUDA graphs
+        # per length from prepare_prefill) instead of transformers' eager forward; off unless PREFILL_ENV is "1"
+        self.static_prefill = os.environ.get(PREFILL_ENV, "").strip() == "1"
+        self._prefill_graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
+        self._prefill_pool: Any = None
         self.step_kind = step
         self.gemv = gemv if compile else "linear"
         self._fused: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
@@ -606,15 +617,83 @@ class StaticDecoder:
         self._reset()
 
     def prefill(self, embeds: torch.Tensor) -> torch.Tensor:
-        """Run the prompt through transformers (as the eager path does), keep its K/V; log-probs of step 0."""
-        hidden, cache = self.lm._step(embeds.to(self.dtype), None)
+        """Run the prompt, keep its K/V; log-probs of step 0. Through transformers (as the eager path does), or
+        with static_prefill on: the decoder's own forward over the prompt padded to a PREFILL_BUCKET multiple,
+        replayed from that length's CUDA graph when prepare_prefill captured one."""
         n = embeds.shape[1]
-        for (k, v), k_cache, v_cache in zip(_cache_tensors(cache), self.keys, self.values):
-            k_cache[:, :, :n].copy_(k)
-            v_cache[:, :, :n].copy_(v)
+        if self.static_prefill and n <= self.capacity:
+            hidden = self._static_prefill(embeds.to(self.dtype), n)
+        else:
+            hidden, cache = self.lm._step(embeds.to(self.dtype), None)
+            for (k, v), k_cache, v_cache in zip(_cache_tensors(cache), self.keys, self.values):
+                k_cache[:, :, :n].copy_(k)
+                v_cache[:, :, :n].copy_(v)
         self.pos.fill_(n)
         self.used = n
         return self.lm.llm_decoder(hidden).float().log_softmax(dim=-1)[0]
+
+    # --- the prompt as static shapes (static_prefill) ------------------------------------------------------------
+    def _prefill_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The LM over a whole prompt x [1, P, hidden] from position 0 (causal), written against the same modules
+        as transformers' Qwen2 forward; writes K/V slots 0..P-1; the final-norm hidden states [1, P, hidden].
+        Rows past the real prompt (padding) see only earlier rows and are never seen by them (causal), so the
+        real rows' states and K/V are those of the unpadded prompt; the padding's slots are rewritten by the
+        steps before any step reads them (a step sees slots <= its position)."""
+        from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
+
+        length = x.shape[1]
+        cos, sin = self.qwen.rotary_emb(x, self.positions[:length].view(1, -1))
+        for layer, k_cache, v_cache in zip(self.qwen.layers, self.keys, self.values):
+            attn = layer.self_attn
+            h = layer.input_layernorm(x)
+            q = attn.q_proj(h).view(1, length, -1, self.head_dim).transpose(1, 2)
+            k = attn.k_proj(h).view(1, length, -1, self.head_dim).transpose(1, 2)
+            v = attn.v_proj(h).view(1, length, -1, self.head_dim).transpose(1, 2)
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            k_cache[:, :, :length].copy_(k)
+            v_cache[:, :, :length].copy_(v)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.scaling, enable_gqa=True)
+            x = x + attn.o_proj(o.transpose(1, 2).reshape(1, length, -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.qwen.norm(x)
+
+    def _static_prefill(self, embeds: torch.Tensor, n: int) -> torch.Tensor:
+        """Hidden state [1, hidden] of the prompt's last row, through the padded static forward."""
+        padded = min(self.capacity, -(-n // PREFILL_BUCKET) * PREFILL_BUCKET)
+        graph = self._prefill_graphs.get(padded)
+        if graph is not None:
+            replay, static_in, static_out = graph
+            static_in[:, :n].copy_(embeds)
+            static_in[:, n:].zero_()
+            replay()
+            return static_out[:, n - 1].clone()
+        x = torch.zeros(1, padded, embeds.shape[-1], dtype=self.dtype, device=self.device)
+        x[:, :n] = embeds
+        return self._prefill_forward(x)[:, n - 1]
+
+    def prepare_prefill(self, max_length: int) -> int:
+        """Capture the static prefill's CUDA graph for every PREFILL_BUCKET length up to `max_length` (CUDA and
+        static_prefill only; all in one memory pool: one prefill runs at a time); returns how many exist."""
+        if not (self.static_prefill and self.device.type == "cuda"):
+            return 0
+        hidden = self.qwen.config.hidden_size
+        top = min(self.capacity, -(-int(max_length) // PREFILL_BUCKET) * PREFILL_BUCKET)
+        stream = torch.cuda.Stream(self.device)
+        for padded in range(PREFILL_BUCKET, top + 1, PREFILL_BUCKET):
+            if padded in self._prefill_graphs:
+                continue
+            static_in = torch.zeros(1, padded, hidden, dtype=self.dtype, device=self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):  # warm-up off the capture (lazy cuBLAS/SDPA set-up)
+                self._prefill_forward(static_in)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            self._prefill_pool = self._prefill_pool or torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self._prefill_pool, capture_error_mode="thread_local"):
+                static_out = self._prefill_forward(static_in)
+            self._prefill_graphs[padded] = (graph.replay, static_in, static_out)
+        self._reset()
+        return len(self._prefill_graphs)
 
     def step(self, token: int) -> torch.Tensor:
         """Feed back `token`; log-probabilities of the next one (a copy: callers may edit it)."""
