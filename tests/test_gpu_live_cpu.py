@@ -66,10 +66,10 @@ def test_the_stack_sampler_counts_every_session_of_a_stage_in_one_row():
     with StackSampler(interval_s=0.002, group=live_thread_row) as sampler:
         for t in threads:
             t.start()
-        time.sleep(0.3)
-        stop.set()
-        for t in threads:
-            t.join()
+        time.sleep(0.5)
+    stop.set()  # after the sampler's last CPU read: the threads' /proc entries are still there
+    for t in threads:
+        t.join()
     report = sampler.report()
     assert "live-_clock" in report["threads"]
     assert not any(name.startswith("live-s") for name in report["threads"])

@@ -225,7 +225,7 @@ class CosyVoice2Runtime:
         if decoder is not None:  # the static prefill's graphs (DIGITAL_HUMAN_COSYVOICE_STATIC_PREFILL=1), for
             # prompts of the speaker's prompt text and tokens plus a chunk's text (at least 2 speech tokens a text
             # token: the LM's min_token_text_ratio) and the LM's start and task tokens
-            prompt = int(np.asarray(state["prompt_text_ids"]).size) + int(np.asarray(state["prompt_token"]).size)
+            prompt = int(np.asarray(state.get("prompt_text_ids", ())).size) + int(np.asarray(state["prompt_token"]).size)
             out["prefill_graphs"] = decoder.prepare_prefill(prompt + 2 + int(max_speech_tokens) // 2)
         if self.device.type == "cuda":  # what the graphs cost, for the live benchmark's report
             out["gpu_reserved_mib"] = int(torch.cuda.memory_reserved(self.device) // 2 ** 20)
