@@ -76,6 +76,17 @@ def face_runners(setup_models):
             detect.engine_runner(face_mesh_spec(), backend="onnxruntime"))
 
 
+
+@pytest.fixture(scope="session")
+def talking_video_track(data_dir, face_runners):
+    """FaceAlign's track of the first 0.4 s of talk_en_male_01a.mp4 (a new reference frame per output frame);
+    shared read-only by the renderer tests."""
+    from digital_human.media.frame_source import load_face_frames
+    from digital_human.vision.align import align_faces
+
+    frames, fps, _ = load_face_frames(data_dir / "video" / "talk_en_male_01a.mp4", 0.4)
+    return align_faces(frames, fps, runners=face_runners)
+
 WHEEL_DIRS = [os.environ.get("DIGITAL_HUMAN_WHEELS", ""), "/tmp/mpwheel", "/tmp/dl"]
 
 

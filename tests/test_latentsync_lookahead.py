@@ -22,12 +22,8 @@ def release(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def track(data_dir, face_runners):
-    from digital_human.media.frame_source import load_face_frames
-    from digital_human.vision.align import align_faces
-
-    frames, fps, _ = load_face_frames(data_dir / "video" / "talk_en_male_01a.mp4", 0.4)
-    return align_faces(frames, fps, runners=face_runners)
+def track(talking_video_track):
+    return talking_video_track
 
 
 @pytest.fixture(scope="module")
