@@ -95,9 +95,10 @@ MODEL_SETTING_INPUTS: dict[str, Any] = {
                                                             "(feathered border) instead of returning the crop."}),
     "resolution": ("INT", {"default": 512, "min": 128, "max": 1024, "step": 64,
                            "tooltip": "sonic: short side of the generated frames (reference 512)."}),
-    "speed": (["reference", "fast"], {"default": "reference", "tooltip": "sonic: reference = the reference's "
-                                      "settings; fast = at most 8 steps with the UNet's deep features reused every "
-                                      "2nd step (approximate: its measured difference is in docs/sonic.md)."}),
+    "speed": (["reference", "fast", "fastest"], {"default": "reference", "tooltip": "sonic: reference = the "
+                                                 "reference's settings; fast = at most 8 steps, fastest = at most 5, "
+                                                 "with the UNet's deep features reused every 2nd step (approximate: "
+                                                 "the measured difference is in docs/sonic.md)."}),
     "guidance": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 10.0, "step": 0.1,
                            "tooltip": "latentsync: classifier-free guidance toward the speech; 0 = the reference's "
                                       "1.5 (its README: 1.0-3.0; 1.0 = no guidance, half the UNet work)."}),

@@ -69,7 +69,7 @@ def add_face_arguments(p: argparse.ArgumentParser, *, out: bool = True) -> None:
     p.add_argument("--set", action="append", type=setting_arg, metavar="KEY=VALUE",
                    help="a model setting, repeatable (sonic: steps, appearance_guidance, audio_guidance, "
                         "dynamic_scale, seed, vram=auto|high|low, paste_back=true|false, resolution, "
-                        "speed=reference|fast; latentsync: steps (20), guidance (1.5), deepcache (0 = exact, "
+                        "speed=reference|fast|fastest; latentsync: steps (20), guidance (1.5), deepcache (0 = exact, "
                         "2-10 = faster, changes the frames))")
     add_max_side(p)
     p.add_argument("--fast-path", action="store_true", default=None,

@@ -59,6 +59,8 @@ def test_fast_speed_preset_and_reuse_runs(release):
     fast = resolve_speed(SonicSettings(speed="fast"))
     assert (fast.steps, fast.deep_cache_interval) == (FAST_STEPS, FAST_DEEP_CACHE)
     assert resolve_speed(SonicSettings(speed="fast", steps=3)).steps == 3
+    fastest = resolve_speed(SonicSettings(speed="fastest"))
+    assert (fastest.steps, fastest.deep_cache_interval) == (5, 2)
     assert resolve_speed(SonicSettings(steps=25)) == SonicSettings(steps=25)
     with pytest.raises(ValueError, match="speed must be one of"):
         resolve_speed(SonicSettings(speed="turbo"))

@@ -110,9 +110,9 @@ def sonic_frames(faces: Any, wave: Any, rate: int, fps: float, *, backend: str =
         warnings.append("sonic: the fast path (compiled UNet) applies on CUDA only; running eager")
     latents = SonicLatents(nets, framing, resample_to_16k(audio, rate), settings, progress=progress,
                            should_stop=should_stop)
-    settings = latents.settings  # speed="fast" resolved: its steps and deep-feature reuse
-    if speed == "fast":
-        warnings.append(f"sonic speed=fast: {settings.steps} steps, deep UNet features reused every "
+    settings = latents.settings  # speed="fast" / "fastest" resolved: its steps and deep-feature reuse
+    if speed != "reference":
+        warnings.append(f"sonic speed={speed}: {settings.steps} steps, deep UNet features reused every "
                         f"{settings.deep_cache_interval} steps (approximate; differs from the reference settings)")
     made = SonicFrames(latents)
     if made.count < 1:

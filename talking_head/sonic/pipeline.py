@@ -4,9 +4,9 @@ windows of 25 frames denoised with three guidance branches (no image, no audio, 
 schedule -> temporal VAE decode in chunks of 8 -> RIFE middle frames (12.5 -> 25 fps).
 The work the reference repeats is done once (whisper runs once per 30 s, not twice; the unconditional audio
 tokens are one call). Progress is reported per UNet call; should_stop() is honoured between them.
-speed="fast" is a separately named, approximate mode: FAST_STEPS steps, and on every second step the UNet reuses
-the deep features of the step before (DeepCache: only its full-resolution level runs); its measured difference
-from the reference's settings is in benchmarks/RESULTS_sonic.md.
+speed="fast" and speed="fastest" are separately named, approximate modes: fewer steps (SPEED_PRESETS), and on every
+second step the UNet reuses the deep features of the step before (DeepCache: only its full-resolution level runs);
+their measured difference from the reference's settings is in benchmarks/RESULTS_sonic.md.
 """
 from __future__ import annotations
 
@@ -25,9 +25,11 @@ SHIFT_OFFSET = 7          # the windows move 7 frames a step so their seams neve
 MODEL_FPS = 12.5
 DECODE_CHUNK = 8          # the temporal VAE mixes the frames of a chunk: its size is part of the result
 RIFE_BATCH = 16           # frame pairs per RIFE call (batched: the same middles, one launch sequence)
-SPEEDS = ("reference", "fast")
-FAST_STEPS = 8            # speed="fast": at most this many steps ...
-FAST_DEEP_CACHE = 2       # ... and the deep UNet features computed on every 2nd step only
+# speed -> (at most this many steps, the deep UNet features computed on every k-th step only). On the H200
+# (RESULTS_sonic.md, 2026-12-03): 10 s of speech in 10.4 s (fast) and 7.6 s (fastest) with the compiled path.
+SPEED_PRESETS = {"fast": (8, 2), "fastest": (5, 2)}
+SPEEDS = ("reference", *SPEED_PRESETS)
+FAST_STEPS, FAST_DEEP_CACHE = SPEED_PRESETS["fast"]
 
 
 @dataclass(frozen=True)
@@ -41,21 +43,22 @@ class SonicSettings:
     interpolate: bool = True          # RIFE to 25 fps
     vram: str = "auto"                # auto / high (branches batched) / low (branches one by one, offloading)
     window_batch: int = 1             # a step's windows per UNet call (they are independent); 0 = as memory allows
-    speed: str = "reference"          # "fast": FAST_STEPS steps with deep features reused (approximate)
+    speed: str = "reference"          # "fast" / "fastest": SPEED_PRESETS' steps, deep features reused (approximate)
     deep_cache_interval: int = 1      # the full UNet every k-th step, the shallow path between (1 = always full)
     decode_batch: int = 1             # 8-frame VAE chunks per decode call (same result); 0 = as memory allows
     cudnn_benchmark: bool = True      # cuDNN picks its fastest convolution per shape (same math, other sums)
 
 
 def resolve_speed(settings: SonicSettings) -> SonicSettings:
-    """The settings a speed names: "reference" as given; "fast" at most FAST_STEPS steps with the deep UNet
-    features reused every FAST_DEEP_CACHE steps."""
+    """The settings a speed names: "reference" as given; "fast" / "fastest" at most their SPEED_PRESETS steps with
+    the deep UNet features computed every k-th step."""
     from dataclasses import replace
 
     if settings.speed not in SPEEDS:
         raise ValueError(f"speed must be one of {', '.join(SPEEDS)}, got {settings.speed!r}")
-    if settings.speed == "fast":
-        return replace(settings, steps=min(int(settings.steps), FAST_STEPS), deep_cache_interval=FAST_DEEP_CACHE)
+    if settings.speed in SPEED_PRESETS:
+        steps, interval = SPEED_PRESETS[settings.speed]
+        return replace(settings, steps=min(int(settings.steps), steps), deep_cache_interval=interval)
     return settings
 
 
