@@ -209,6 +209,44 @@ def tts_profile(voice, hops: list[int], repeats: int) -> dict:
     return out
 
 
+def prefill_ab(voice, repeats: int) -> dict:
+    """CosyVoice 2's static prefill against transformers' eager prompt pass, in this process: the same prompt's
+    step-0 log-probs both ways (FP16 on the GPU: how far apart, and whether the likeliest tokens agree), then
+    tts_profile with the static prefill's graphs captured. Leaves the decoder as the environment set it."""
+    import torch
+
+    from digital_human.engines.cosyvoice.lm import PREFILL_BUCKET
+
+    runtime = voice.engine.runtime()
+    decoder = runtime._lm_decoder()
+    if decoder is None:
+        return {"skipped": "no static decoder (not the fast path)"}
+    was = decoder.static_prefill
+    hidden = decoder.qwen.config.hidden_size
+    out: dict = {"bucket": PREFILL_BUCKET}
+    try:
+        with torch.inference_mode():
+            gen = torch.Generator(device="cpu").manual_seed(0)
+            embeds = (0.05 * torch.randn(1, 150, hidden, generator=gen)).to(decoder.device)
+            decoder.static_prefill = False
+            eager = decoder.prefill(embeds).float()
+            keys_eager = decoder.keys[0][:, :, :150].float().clone()
+            decoder.static_prefill = True
+            t0 = time.perf_counter()
+            out["graphs"] = decoder.prepare_prefill(min(decoder.capacity, 1024))
+            out["capture_s"] = round(time.perf_counter() - t0, 2)
+            static = decoder.prefill(embeds).float()
+            keys_static = decoder.keys[0][:, :, :150].float()
+            out["log_prob_max_abs"] = round(float((eager - static).abs().max()), 5)
+            out["keys_max_abs"] = round(float((keys_eager - keys_static).abs().max()), 5)
+            out["top5_equal"] = bool(torch.equal(eager.topk(5).indices, static.topk(5).indices))
+            decoder._reset()
+        out["tts_profile"] = tts_profile(voice, [8, 4], repeats)
+    finally:
+        decoder.static_prefill = was
+    return out
+
+
 FACE_PROFILE_TTS_TEXT = ("Thank you for waiting, the package will arrive on Monday morning. If you are not at home, "
                          "the driver will leave it with a neighbour and put a card through your door. You can also "
                          "pick it up at the post office from Tuesday, with the card and a photo identity document.")
@@ -450,6 +488,9 @@ def server_main(args: argparse.Namespace) -> None:
         hop = voice.first_hop_tokens
         report["tts_profile"] = tts_profile(voice, [8, 4], args.tts_profile)
         voice.first_hop_tokens = hop
+        if args.prefill_ab:
+            report["static_prefill_ab"] = prefill_ab(voice, args.tts_profile)
+            voice.first_hop_tokens = hop
     if args.face_profile:
         t1 = time.perf_counter()
         report["face_profile"] = face_profile(face, voice, piece.wave, args.face_profile)
@@ -459,6 +500,7 @@ def server_main(args: argparse.Namespace) -> None:
         print(json.dumps({"face_profile": report["face_profile"]}), flush=True)
     save()
     manager = SessionManager(face, voice, max_sessions=max_sessions)
+    report["opencv_threads"] = manager.opencv_threads
     server = RunningServer(LiveServer(manager))
     start = time.perf_counter()
     try:
@@ -664,6 +706,9 @@ def main() -> None:
                         "(0 = the engine's FIRST_HOP_TOKENS)")
     parser.add_argument("--tts-profile", type=int, default=0, help="before the sessions: CosyVoice 2's first live "
                         "piece timed by part (prompt + first token, flow, HiFT) this many times for first hops 8 and 4")
+    parser.add_argument("--prefill-ab", action="store_true", help="with --tts-profile: CosyVoice 2's static "
+                        "prefill against the eager prompt pass in this process (log-prob parity, then --tts-profile "
+                        "again with its graphs)")
     parser.add_argument("--face-profile", type=int, default=0, help="before the sessions: the first frame of a "
                         "speech piece (the warm-up piece) timed by part (whisper windows, first render step, model "
                         "step, paste) this many times, then whole while another thread speaks, on the default stream "

@@ -207,8 +207,8 @@ def test_fused_step_equals_reference_step(models, data):
 
 
 def test_static_prefill_matches_transformers(models, data, monkeypatch):
-    """The prompt through the decoder's own forward, padded to a PREFILL_BUCKET multiple (static_prefill:
-    DIGITAL_HUMAN_COSYVOICE_STATIC_PREFILL=1), gives transformers' step-0 log-probabilities and K/V, and the
+    """The prompt through the decoder's own forward, padded to a PREFILL_BUCKET multiple (static_prefill: CUDA's
+    default, DIGITAL_HUMAN_COSYVOICE_STATIC_PREFILL=1 elsewhere), gives transformers' step-0 log-probabilities and K/V, and the
     same tokens after it; padding rows never reach the real ones."""
     from digital_human.engines.cosyvoice import lm as lm_module
 
@@ -216,8 +216,9 @@ def test_static_prefill_matches_transformers(models, data, monkeypatch):
     with torch.inference_mode():
         embeds = models.lm.prompt_embeddings(*args)
         n = embeds.shape[1]
+        monkeypatch.delenv(lm_module.PREFILL_ENV, raising=False)
         plain = StaticDecoder(models.lm, capacity=128)
-        assert not plain.static_prefill  # off unless the variable says 1
+        assert not plain.static_prefill  # on the CPU: off unless the variable says 1
         ref = plain.prefill(embeds)
         ref_keys = [k[:, :, :n].clone() for k in plain.keys]
         monkeypatch.setenv(lm_module.PREFILL_ENV, "1")

@@ -277,7 +277,10 @@ def _cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 # The prompt's pass (prefill) through transformers' eager forward took ~50 ms on an H200 whatever the first hop
 # (2026-12-03: LM to its first tokens 54 ms for 4- and 8-token first pieces): launch-bound, like the steps were.
-PREFILL_ENV = "DIGITAL_HUMAN_COSYVOICE_STATIC_PREFILL"  # "1": StaticDecoder.static_prefill (not yet measured on a GPU)
+# The static prefill replayed from CUDA graphs: 23 ms, the same log-probs and K/V to the bit (H200, 2026-12-03,
+# benchmarks/RESULTS_live.md), so it is on by default on CUDA. On the CPU (no graphs) padding to a bucket only
+# adds work: off there unless asked for.
+PREFILL_ENV = "DIGITAL_HUMAN_COSYVOICE_STATIC_PREFILL"  # "1" on, "0" off; unset: on on CUDA
 PREFILL_BUCKET = 64  # prompt lengths padded to a multiple of this: one captured graph per multiple
 
 PV_CHUNKS = 32  # stages of the fused step's attention-weighted sum over the cache (see StaticDecoder._attend)
@@ -380,8 +383,9 @@ class StaticDecoder:
         self._owner: Any = None  # weakref to the _Generation whose state the buffers hold
         self._parked: "weakref.WeakKeyDictionary[_Generation, dict]" = weakref.WeakKeyDictionary()
         # static_prefill: the prompt through the decoder's own forward at PREFILL_BUCKET-padded lengths (CUDA graphs
-        # per length from prepare_prefill) instead of transformers' eager forward; off unless PREFILL_ENV is "1"
-        self.static_prefill = os.environ.get(PREFILL_ENV, "").strip() == "1"
+        # per length from prepare_prefill) instead of transformers' eager forward (PREFILL_ENV; default: CUDA only)
+        choice = os.environ.get(PREFILL_ENV, "").strip()
+        self.static_prefill = choice == "1" or (choice != "0" and self.device.type == "cuda")
         self._prefill_graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
         self._prefill_pool: Any = None
         self.step_kind = step

@@ -28,6 +28,29 @@ TEXT_QUEUE = 4              # says waiting behind the one being spoken
 PIECE_QUEUE = 2             # TTS pieces made ahead of the talking head
 FRAME_QUEUE = 8             # frames made ahead of the clock (0.32 s at 25 fps): the most an interrupt could show
 MAX_CATCH_UP_S = 0.5        # a clock later than this (a stalled host) skips wall time, never media time
+OPENCV_THREADS_ENV = "DIGITAL_HUMAN_LIVE_OPENCV_THREADS"  # OpenCV's threads in a live server (default 1)
+
+
+def live_opencv_threads() -> int:
+    """Set OpenCV's thread count for a live server (process-wide) and return it: 1 unless OPENCV_THREADS_ENV says
+    otherwise. Why: a live frame's OpenCV calls are small (a 512-px head warp is ~4 ms), and OpenCV split each over
+    every core; with 8 sessions on a 16-core H200 host the clocks' warps then contended with each other and the
+    process used 8.8 cores for 14 frames/s a session (2026-12-03, RESULTS_live.md). Split over 2 cores here, one
+    tick's warp cost 6.8 ms of CPU for 3.6 ms of wall; on one thread 4.4 ms of both. Concurrent sessions are the
+    parallelism."""
+    import os
+
+    try:
+        import cv2
+    except ImportError:  # OpenCV is optional for the live path's numpy fallbacks
+        return 0
+    raw = os.environ.get(OPENCV_THREADS_ENV, "").strip() or "1"
+    try:
+        threads = int(raw)
+    except ValueError:
+        raise ValueError(f"{OPENCV_THREADS_ENV}={raw!r}: give a whole number of threads (1 = one per call)") from None
+    cv2.setNumThreads(threads)
+    return int(cv2.getNumThreads())
 
 
 class SessionError(ValueError):
@@ -293,6 +316,7 @@ class SessionManager:
 
     def __init__(self, face: Any, voice: Any, max_sessions: int = 4) -> None:
         self.face, self.voice, self.max_sessions = face, voice, max(1, int(max_sessions))
+        self.opencv_threads = live_opencv_threads()
         self.metrics = StageMetrics()
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
