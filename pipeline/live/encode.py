@@ -1,20 +1,23 @@
 """The clock's ticks as fragmented MP4 (H.264 + Opus, or AAC) for Media Source Extensions: the websocket transport.
 
 Video timestamps are the tick's audio sample count (time base 1/audio rate), so the file carries the one
-media clock as it is. Each tick is muxed as it comes; the bytes the muxer wrote since the last tick
-(the init segment first, then moof+mdat fragments of ~one frame) are returned for sending.
+media clock as it is. The init segment comes first (PyAV's muxer writes it), then each tick's bytes.
 
-Why Opus by default: the muxer writes a video frame only once it holds audio of the same time (interleaving),
-and AAC's encoder gives a tick's audio ~2 ticks late (1,024 samples of priming and 1,024-sample frames against
-960-sample ticks), so with AAC a tick's frame was decodable at the client 3-4 ticks (120-160 ms) after the
-encoder took it; Opus (20-ms frames, 6.5 ms of pre-skip) gives its audio at once, and the frame is decodable 1
-tick later (the fragment holding it closes when the next tick's first packet is muxed). Measured with the encoder
-and PyAV's decoder alone on the CPU (2026-12-02). AAC stays available (`audio="aac"`) for browsers whose Media
-Source Extensions lack Opus in MP4.
+Each tick leaves as one fragment of its own, written here (moof + mdat, after PyAV's init segment): PyAV's MP4
+muxer held every video frame one tick (its interleaving waits for audio of a later time, and its fragmenter closes
+a fragment only when the next packet arrives; PyAV exposes no flush), 40 ms of every first frame at the client.
+The timestamps are the muxer's own (decoded times compared with it on 2026-12-03; tests/test_live_encode.py keeps
+them): both tracks moved by the audio encoder's delay, the first video frame stretched over it.
+
+Why Opus by default: AAC's encoder gives a tick's audio ~2 ticks late (1,024 samples of priming and 1,024-sample
+frames against 960-sample ticks); Opus (20-ms frames, 6.5 ms of pre-skip) gives it at once. AAC stays available
+(`audio="aac"`) for browsers whose Media Source Extensions lack Opus in MP4.
 """
 from __future__ import annotations
 
 import io
+import re
+import struct
 from fractions import Fraction
 
 import numpy as np
@@ -53,6 +56,92 @@ class _Sink(io.RawIOBase):
         return out
 
 
+def _box(kind: bytes, *parts: bytes) -> bytes:
+    body = b"".join(parts)
+    return struct.pack(">I4s", 8 + len(body), kind) + body
+
+
+def _full_box(kind: bytes, version: int, flags: int, *parts: bytes) -> bytes:
+    return _box(kind, struct.pack(">I", (version << 24) | flags), *parts)
+
+
+def _track_timescales(init: bytes) -> dict[int, int]:
+    """track_ID -> its media timescale, read from an init segment's moov (tkhd and mdhd of every trak)."""
+    def children(buf: bytes):
+        at = 0
+        while at + 8 <= len(buf):
+            size, kind = struct.unpack(">I4s", buf[at:at + 8])
+            if size < 8:
+                return
+            yield kind, buf[at + 8:at + size]
+            at += size
+
+    out: dict[int, int] = {}
+    for kind, body in children(init):
+        if kind != b"moov":
+            continue
+        for trak_kind, trak in children(body):
+            if trak_kind != b"trak":
+                continue
+            track_id = timescale = None
+            for k, b in children(trak):
+                if k == b"tkhd":
+                    track_id = struct.unpack(">I", b[20:24] if b[0] == 1 else b[12:16])[0]
+                elif k == b"mdia":
+                    for k2, b2 in children(b):
+                        if k2 == b"mdhd":
+                            timescale = struct.unpack(">I", b2[20:24] if b2[0] == 1 else b2[12:16])[0]
+            if track_id is not None and timescale:
+                out[track_id] = timescale
+    return out
+
+
+_START_CODE = re.compile(b"\x00\x00\x01")
+
+
+def annexb_to_avcc(data: bytes) -> bytes:
+    """H.264 from start codes (what libx264 gives) to 4-byte lengths (what an MP4 sample holds)."""
+    starts = [m.end() for m in _START_CODE.finditer(data)]
+    if not starts:
+        return data  # already length-prefixed
+    out = []
+    for i, begin in enumerate(starts):
+        end = starts[i + 1] - 3 if i + 1 < len(starts) else len(data)
+        nal = data[begin:end]
+        if i + 1 < len(starts) and nal.endswith(b"\x00"):  # the next start code was 4 bytes long
+            nal = nal[:-1]
+        out.append(struct.pack(">I", len(nal)) + nal)
+    return b"".join(out)
+
+
+KEY_SAMPLE = 0x02000000      # sample_depends_on = 2: a sync sample
+DELTA_SAMPLE = 0x01010000    # depends on others, not a sync sample
+
+
+def fragment(sequence: int, tracks: list[tuple[int, int, list[tuple[int, bytes, int]]]]) -> bytes:
+    """One moof + mdat: tracks = [(track_id, base media decode time, [(duration, data, flags), ...]), ...] with
+    samples; each traf's data offset points into the one mdat (tfhd default-base-is-moof)."""
+    tracks = [t for t in tracks if t[2]]
+    if not tracks:
+        return b""
+
+    def moof(offsets: list[int]) -> bytes:
+        trafs = []
+        for (track_id, base, samples), offset in zip(tracks, offsets):
+            entries = b"".join(struct.pack(">III", dur, len(data), flags) for dur, data, flags in samples)
+            trafs.append(_box(b"traf", _full_box(b"tfhd", 0, 0x020000, struct.pack(">I", track_id)),
+                              _full_box(b"tfdt", 1, 0, struct.pack(">Q", base)),
+                              _full_box(b"trun", 0, 0x000701, struct.pack(">Ii", len(samples), offset), entries)))
+        return _box(b"moof", _full_box(b"mfhd", 0, 0, struct.pack(">I", sequence)), *trafs)
+
+    size = len(moof([0] * len(tracks)))  # offsets do not change the box sizes
+    offsets, at = [], size + 8
+    for _, _, samples in tracks:
+        offsets.append(at)
+        at += sum(len(data) for _, data, _ in samples)
+    return moof(offsets) + _box(b"mdat", *(data for _, _, samples in tracks for _, data, _ in samples))
+
+
 class FMP4Encoder:
     def __init__(self, width: int, height: int, fps: float, rate: int, samples_per_frame: int,
                  bitrate: int = 1_500_000, audio: str = "opus") -> None:
@@ -81,9 +170,17 @@ class FMP4Encoder:
         self._audio = self._out.add_stream(AUDIO_CODECS[audio][0], rate=self._audio_rate, layout="mono")
         self._audio.time_base = Fraction(1, self._audio_rate)
         self._origin: int | None = None  # the first tick's clock frame: the file starts at 0
+        self._out.start_encoding()  # the init segment (ftyp + moov) now; the fragments are written below
+        self._init = self._sink.take()
+        scales = _track_timescales(self._init)
+        self._video_scale, self._audio_scale = scales.get(1, self.rate), scales.get(2, self._audio_rate)
+        self._audio_delay: int | None = None  # the audio encoder's delay in the audio track's units, at its 1st packet
+        self._video_sent = 0
+        self._sequence = 0
 
     def encode(self, index: int, frame: np.ndarray, audio: np.ndarray) -> bytes:
-        """Tick `index` (clock frame) -> the bytes to send now (may be empty while the encoders fill)."""
+        """Tick `index` (clock frame) -> the bytes to send now: the init segment first, then this tick's fragment
+        (its video frame and the audio packets its encoder gave; AAC's come ~2 ticks late)."""
         import av
 
         if self._origin is None:
@@ -91,23 +188,55 @@ class FMP4Encoder:
         pts = (index - self._origin) * self.spf
         video = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
         video.pts, video.time_base = pts, Fraction(1, self.rate)
-        for packet in self._video.encode(video):
-            self._out.mux(packet)
+        video_packets = list(self._video.encode(video))
         sound = av.AudioFrame.from_ndarray(np.asarray(audio, np.int16).reshape(1, -1), format="s16", layout="mono")
         sound.sample_rate, sound.pts, sound.time_base = self.rate, pts, Fraction(1, self.rate)
-        for packet in self._audio.encode(sound):
-            if self.audio_codec == "opus" and packet.pts is not None and packet.pts < 0 and self._origin == index:
-                # the pre-skip: the first packet starts that far before 0 (in the audio track's time base)
-                self.shift = int(round(-packet.pts * float(packet.time_base) * self.rate))
-            self._out.mux(packet)
-        return self._sink.take()
+        return self._init_once() + self._write(video_packets, list(self._audio.encode(sound)))
+
+    def _init_once(self) -> bytes:
+        out, self._init = self._init, b""
+        return out
+
+    def _write(self, video_packets: list, audio_packets: list) -> bytes:
+        """The packets as one fragment, timed as PyAV's muxer timed them: media time = the encoder's time + the
+        audio encoder's delay (Opus: its pre-skip; AAC: its priming), both tracks; the first video frame starts
+        at 0 and lasts its frame plus that delay."""
+        audio: list[tuple[int, bytes, int]] = []
+        audio_base = None
+        for packet in audio_packets:
+            t = int(round(float(packet.pts * packet.time_base) * self._audio_scale))
+            if self._audio_delay is None:
+                self._audio_delay = max(0, -t)
+                if self.audio_codec == "opus":  # the clock's media time moves with it (server.py reads .shift)
+                    self.shift = int(round(self._audio_delay / self._audio_scale * self.rate))
+            audio_base = t + self._audio_delay if audio_base is None else audio_base
+            duration = int(round(float(packet.duration * packet.time_base) * self._audio_scale)) if packet.duration \
+                else self._audio.codec_context.frame_size
+            audio.append((duration, bytes(packet), KEY_SAMPLE))
+        video: list[tuple[int, bytes, int]] = []
+        video_base = None
+        frame_ticks = int(round(self.spf / self.rate * self._video_scale))
+        shift = int(round(self.shift / self.rate * self._video_scale))
+        for packet in video_packets:
+            t = int(round(float(packet.pts * packet.time_base) * self._video_scale))
+            first = self._video_sent == 0
+            start = 0 if first else t + shift
+            video_base = start if video_base is None else video_base
+            video.append((frame_ticks + (shift if first else 0), annexb_to_avcc(bytes(packet)),
+                          KEY_SAMPLE if packet.is_keyframe else DELTA_SAMPLE))
+            self._video_sent += 1
+        self._sequence += 1
+        return fragment(self._sequence, [(1, video_base or 0, video), (2, audio_base or 0, audio)])
 
     def close(self) -> bytes:
+        """The encoders' last packets as a last fragment."""
         try:
-            for stream in (self._video, self._audio):
-                for packet in stream.encode(None):
-                    self._out.mux(packet)
-            self._out.close()
+            tail = self._write(list(self._video.encode(None)), list(self._audio.encode(None)))
         except Exception:  # noqa: BLE001 - closing after a client left: nothing to deliver
+            tail = b""
+        try:
+            self._out.close()  # PyAV's own trailer is not sent: the fragments above are the stream
+        except Exception:  # noqa: BLE001
             pass
-        return self._sink.take()
+        self._sink.take()
+        return self._init_once() + tail
