@@ -225,7 +225,9 @@ class FMP4Encoder:
             video.append((frame_ticks + (shift if first else 0), annexb_to_avcc(bytes(packet)),
                           KEY_SAMPLE if packet.is_keyframe else DELTA_SAMPLE))
             self._video_sent += 1
-        self._sequence += 1
+        if not (video or audio):
+            return b""
+        self._sequence += 1  # mfhd numbers count up from 1, one a fragment
         return fragment(self._sequence, [(1, video_base or 0, video), (2, audio_base or 0, audio)])
 
     def close(self) -> bytes:
