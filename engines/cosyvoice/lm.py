@@ -202,8 +202,9 @@ class SpeechLM(nn.Module):
         sampler, the first block read back after this many tokens (when fewer than its readback: a stream's first
         piece needs only a few; the tokens drawn are the same).
 
-        decoder: a StaticDecoder built on this LM (fixed-size KV cache, CUDA graph on a GPU); the prompt
-        still runs through transformers, only the one-token steps change. min_tokens/max_tokens override
+        decoder: a StaticDecoder built on this LM (fixed-size KV cache, CUDA graph on a GPU); the prompt runs
+        through transformers, or on CUDA through the decoder's own padded forward (static_prefill, the same
+        log-probs), and the one-token steps through its captured step. min_tokens/max_tokens override
         the text-length ratios (benchmarks force a length: random weights rarely draw a stop token)."""
         min_len = int(text.shape[1] * min_token_text_ratio) if min_tokens is None else int(min_tokens)
         max_len = int(text.shape[1] * max_token_text_ratio) if max_tokens is None else int(max_tokens)
