@@ -71,7 +71,7 @@ def speaker_state(folder: Path) -> dict:
     return CosyVoice2Runtime(folder, "cpu").speaker_state(clip, 24000, PROMPT_TEXT)
 
 
-def build_voice(size: str, device: str, folder: Path, state_file: str = "", first_hop: int = 0):
+def build_voice(size: str, device: str, folder: Path, state_file: str = "", first_hop: int = 0, lanes: int = 1):
     import gc
 
     from digital_human.engines.cosyvoice.engine import CosyVoice2Engine
@@ -90,7 +90,7 @@ def build_voice(size: str, device: str, folder: Path, state_file: str = "", firs
     base = SpeakerProfile(embedding=np.ones(256, np.float32) / 16, segment_embeddings=np.zeros((0, 256), np.float32),
                           content_hash="synthetic", speech_seconds=3.0, name="random")
     speaker = with_engine_state(base, "cosyvoice2", state)
-    return LiveVoice(engine, speaker, token_limits=token_limits, first_hop_tokens=first_hop or None)
+    return LiveVoice(engine, speaker, token_limits=token_limits, first_hop_tokens=first_hop or None, lanes=lanes)
 
 
 def place_musetalk(size: str, device: str, root: Path) -> None:
@@ -458,7 +458,9 @@ def server_main(args: argparse.Namespace) -> None:
         Path(args.out).write_text(json.dumps(report, indent=1))
 
     t0 = time.perf_counter()
-    voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state, args.first_hop)
+    voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state, args.first_hop,
+                        args.tts_lanes)
+    report["tts_lanes"] = voice.lanes
     report["voice_build_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     models = work / "models"
@@ -702,6 +704,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--phases", default="1:16,8:104", help="SESSIONS:UTTERANCES[:opus|aac],... run one after "
                         "another (the websocket stream's audio codec; default opus); none: no sessions (profiles only)")
+    parser.add_argument("--tts-lanes", type=int, default=1, help="CosyVoice 2 lanes (serve --tts-lanes): "
+                        "utterances voiced at the same time")
     parser.add_argument("--first-hop", type=int, default=0, help="CosyVoice 2's first piece in speech tokens "
                         "(0 = the engine's FIRST_HOP_TOKENS)")
     parser.add_argument("--tts-profile", type=int, default=0, help="before the sessions: CosyVoice 2's first live "

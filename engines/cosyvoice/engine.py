@@ -10,6 +10,7 @@ prompted with the reference text and speech tokens (zero-shot mode); without one
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import time
@@ -36,6 +37,8 @@ NAME = "cosyvoice2"
 SAMPLE_RATE = 24000
 MAX_PROMPT_SECONDS = 20.0  # the speech tokenizer takes at most 30 s; long prompts also slow the LM
 CHUNK_TOKENS = 80          # text tokens per LM call (the reference splits paragraphs the same way)
+MAX_LANES = 8              # live mode's lanes, at most: each holds graphs of its own (GPU memory), and
+#                            torch.compile recompiles a function at most 8 times by default, should lanes need their own
 SPECIAL_TOKENS = {
     "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
     "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|endofprompt|>", "[breath]", "<strong>",
@@ -125,6 +128,7 @@ class CosyVoice2Runtime:
         self._decoder: StaticDecoder | None = None
         self._solver: FastCFM | None = None
         self._drawer: ThreadPoolExecutor | None = None  # one worker: HiFT's source draws (hift_prefetch)
+        self._weights_from: CosyVoice2Runtime | None = None  # a lane's first lane (lane())
         if not self.offload:
             for module in (self.models.lm, self.models.flow, self.hift):
                 module.to(self.device)
@@ -136,6 +140,20 @@ class CosyVoice2Runtime:
         self.speech_tokenizer = get_runner(
             ModelSpec(name=f"{NAME}-speech-tokenizer", onnx_path=self.folder / "speech_tokenizer_v2.onnx"),
             backend="onnxruntime", precision="fp32", stage="voice")
+
+    def lane(self) -> "CosyVoice2Runtime":
+        """Another lane of this runtime (live mode's --tts-lanes): the same networks, tokenizer and front-end sessions
+        - one copy of every weight, the fast path's fused LM weights and half-precision flow estimator included -
+        with a decoder (KV cache, sampler state, CUDA graphs) and a flow solver (graphs and their memory pool) of its
+        own. Why: with one of each, sessions' pieces ran one after another (a piece ~100 ms on an H200, 8 sessions
+        need ~8 pieces a second: benchmarks/RESULTS_live.md); lanes run side by side, each session's stage on its
+        own CUDA stream. What a lane costs is its graphs' memory and, with lm_compile, one more compile at warm-up."""
+        if self.offload:
+            raise ValueError("lanes share the networks on the device; create the runtime without offload")
+        other = copy.copy(self)
+        other._decoder, other._solver, other._drawer = None, None, None
+        other._weights_from = self._weights_from or self
+        return other
 
     def text_ids(self, text: str) -> list[int]:
         return list(self.tokenizer([text], return_tensors="pt")["input_ids"][0].tolist())
@@ -193,18 +211,21 @@ class CosyVoice2Runtime:
             return None
         if self._decoder is None:
             lm = self.models.lm
+            first = self._weights_from._lm_decoder() if self._weights_from is not None else None
             self._decoder = StaticDecoder(lm, self.fast.lm_capacity, compile=self.fast.lm_compile,
                                           sampling=lm.sampling if self.fast.lm_device_sampling else None,
                                           readback=self.fast.lm_readback, step=self.fast.lm_step,
-                                          gemv=self.fast.lm_gemv)
+                                          gemv=self.fast.lm_gemv, weights_from=first)
         return self._decoder
 
     def _flow_solver(self) -> FastCFM | None:
         if self.fast is None or not (self.fast.flow_half or self.fast.flow_graph):
             return None
         if self._solver is None:
+            first = self._weights_from._flow_solver() if self._weights_from is not None else None
             self._solver = FastCFM(self.models.flow.decoder, torch.float16 if self.fast.flow_half else torch.float32,
-                                   cuda_graph=self.fast.flow_graph and self.device.type == "cuda")
+                                   cuda_graph=self.fast.flow_graph and self.device.type == "cuda",
+                                   estimator=first.estimator if first is not None else None)
         return self._solver
 
     @torch.inference_mode()  # as serving: with autograd on, the LM step's compile failed on an H200 (2026-12-03,
@@ -359,6 +380,7 @@ class CosyVoice2Engine:
             fast = os.environ.get(FAST_ENV, "") == "1"
         self.fast = bool(fast) and torch.device(device).type == "cuda"
         self._runtime: CosyVoice2Runtime | None = None
+        self._lanes: list[CosyVoice2Runtime] = []  # lanes after the first (set_lanes)
 
     def check_files(self) -> None:
         """Raise one error naming every missing release file (and the missing extra)."""
@@ -367,10 +389,25 @@ class CosyVoice2Engine:
 
         require_transformers()
 
-    def runtime(self) -> CosyVoice2Runtime:
+    def runtime(self, lane: int = 0) -> CosyVoice2Runtime:
+        """The loaded release; lane > 0: that lane (set_lanes), which shares its networks."""
         if self._runtime is None:
             self._runtime = CosyVoice2Runtime(self.folder, self.device, FastPath() if self.fast else None)
-        return self._runtime
+        if lane <= 0:
+            return self._runtime
+        if lane > len(self._lanes):
+            raise ValueError(f"lane {lane} does not exist: set_lanes made {len(self._lanes) + 1}")
+        return self._lanes[lane - 1]
+
+    def set_lanes(self, count: int) -> int:
+        """Live mode: `count` lanes (CosyVoice2Runtime.lane) that sessions' streams may use at the same time, at most
+        MAX_LANES; returns how many there are. Call before prepare_live (which prepares every lane)."""
+        count = max(1, min(int(count), MAX_LANES))
+        base = self.runtime()
+        while len(self._lanes) < count - 1:
+            self._lanes.append(base.lane())
+        del self._lanes[count - 1:]
+        return count
 
     def prepare_speaker(self, prepared: Any, transcript: str = "", speaker: Any = None, **_: Any) -> Any:
         from ...voice.engines import with_engine_state
@@ -405,20 +442,30 @@ class CosyVoice2Engine:
 
     def prepare_live(self, speaker: Any, max_speech_seconds: float = 20.0) -> dict[str, int]:
         """Live mode's warm-up: every CUDA graph a chunk of up to `max_speech_seconds` needs, captured now
-        (CosyVoice2Runtime.prepare_live)."""
-        return self.runtime().prepare_live(self._state(speaker), int(round(max_speech_seconds * 25)))
+        (CosyVoice2Runtime.prepare_live), for every lane (set_lanes): counts summed over the lanes, `lanes` added
+        when there are several."""
+        state, tokens = self._state(speaker), int(round(max_speech_seconds * 25))
+        out: dict[str, int] = {}
+        for lane in range(len(self._lanes) + 1):
+            for key, value in self.runtime(lane).prepare_live(state, tokens).items():
+                out[key] = value if key == "gpu_reserved_mib" else out.get(key, 0) + value  # reserved: after all
+        if self._lanes:
+            out["lanes"] = len(self._lanes) + 1
+        return out
 
     def live_stream(self, text: str, speaker: Any, language: str = "auto", seed: int = 0,
                     first_hop_tokens: int = FIRST_HOP_TOKENS, hop_tokens: int = STREAM_HOP_TOKENS,
-                    limits: Any = None) -> Iterator[np.ndarray]:
+                    limits: Any = None, lane: int = 0) -> Iterator[np.ndarray]:
         """Live mode: each chunk's audio streamed while its LM runs (speak_stream), the first piece after
         `first_hop_tokens` speech tokens, later ones every `hop_tokens`; a chunk's pause leads the next chunk's first piece.
         limits: text -> {"min_tokens", "max_tokens"} of the LM (benchmarks on random weights, which never draw a
-        sensible stop token) or None. Speed is 1 (speak_stream has no speed control)."""
+        sensible stop token) or None. Speed is 1 (speak_stream has no speed control). lane: which of set_lanes'
+        lanes runs it (the caller keeps one stream at a time on a lane, or serialises them: a lane's decoder
+        parks a suspended stream's state, but its calls are not thread-safe)."""
         from ...text.frontend import text_chunks
 
         state = self._state(speaker)
-        runtime = self.runtime()
+        runtime = self.runtime(lane)
         _, chunks = text_chunks(text, language, lambda s: len(runtime.text_ids(s)), CHUNK_TOKENS)
         generator = torch.Generator().manual_seed(int(seed))
         hift = torch.Generator().manual_seed(int(seed) + 1)

@@ -368,10 +368,15 @@ class FastCFM:
     """
 
     def __init__(self, decoder: CFMDecoder, dtype: torch.dtype = torch.float16, bucket: int = 64,
-                 cuda_graph: bool | None = None, max_graphs: int = 8) -> None:
+                 cuda_graph: bool | None = None, max_graphs: int = 8, estimator: nn.Module | None = None) -> None:
+        """estimator: another solver's `estimator` (the same decoder's copy in `dtype`) to use instead of making
+        a copy: live mode's TTS lanes each have a solver (graphs, pool) of their own but one copy of the weights."""
         import copy
 
-        self.estimator = copy.deepcopy(decoder.estimator).to(dtype).requires_grad_(False)
+        if estimator is not None and next(estimator.parameters()).dtype != dtype:
+            raise ValueError(f"the shared estimator is {next(estimator.parameters()).dtype}, this solver's is {dtype}")
+        self.estimator = estimator if estimator is not None else \
+            copy.deepcopy(decoder.estimator).to(dtype).requires_grad_(False)
         self.noise, self.cfg_rate, self.bucket = decoder.noise, decoder.cfg_rate, int(bucket)
         device = next(self.estimator.parameters()).device
         self.use_graph = device.type == "cuda" if cuda_graph is None else cuda_graph

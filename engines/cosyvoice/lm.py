@@ -343,7 +343,9 @@ class StaticDecoder:
 
     def __init__(self, lm: SpeechLM, capacity: int = 2560, cuda_graph: bool | None = None,
                  compile: bool = False, sampling: SamplingConfig | None = None, readback: int = 16,
-                 step: str = "fused", gemv: str = "reduce") -> None:
+                 step: str = "fused", gemv: str = "reduce", weights_from: "StaticDecoder | None" = None) -> None:
+        """weights_from: another decoder of the same LM whose fused weights this one reads (live mode's TTS lanes:
+        a KV cache, sampler state and graphs each, one copy of the weights)."""
         if step not in ("fused", "reference"):
             raise ValueError(f"step must be 'fused' or 'reference', not {step!r}")
         if gemv not in ("linear", "reduce"):
@@ -392,7 +394,11 @@ class StaticDecoder:
         self.step_kind = step
         self.gemv = gemv if compile else "linear"
         self._fused: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
-        if step == "fused":
+        if weights_from is not None and weights_from.lm is not lm:
+            raise ValueError("weights_from must be a decoder of the same LM")
+        if step == "fused" and weights_from is not None and weights_from._fused:
+            self._fused = weights_from._fused  # fusing again would copy the weights and re-point the modules
+        elif step == "fused":
             for layer in qwen.layers:
                 attn, mlp = layer.self_attn, layer.mlp
                 w_qkv, b_qkv = _fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])

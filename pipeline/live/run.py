@@ -37,6 +37,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve: the compiled paths (CosyVoice 2's, MuseTalk's) are on by default on a CUDA GPU "
                         "(compiled once at start, before the server listens); this keeps them off")
     p.add_argument("--max-sessions", type=int, default=4, help="live sessions at once; more are refused (503)")
+    p.add_argument("--tts-lanes", type=int, default=1,
+                   help="CosyVoice 2: utterances voiced at the same time (each lane a KV cache and CUDA graphs of its "
+                        "own over one copy of the weights; costs GPU memory and warm-up time). 1 = sessions' pieces "
+                        "take turns on one lane")
     p.add_argument("--ice-server", action="append", default=[], metavar="URL",
                    help="STUN/TURN server for WebRTC (stun:host:port, turn://user:password@host:port); none by default")
     p.add_argument("--udp-ports", metavar="LOW-HIGH", type=_port_range, help="WebRTC UDP ports (firewalls)")
@@ -73,7 +77,7 @@ def build_live(args: argparse.Namespace) -> Any:
 
     fast = live_fast_path(getattr(args, "fast_path", None))
     voice = LiveVoice(args.engine, speaker, base_voice, args.backend, args.language, args.speed,
-                      engine_options=engine_options(args.engine, fast))
+                      engine_options=engine_options(args.engine, fast), lanes=getattr(args, "tts_lanes", 1))
     face = LiveFace(Path(args.face), model=args.model, fps=args.fps or 25.0, backend=args.backend,
                     max_side=args.max_side, crop_size=args.crop_size, smooth=args.smooth,
                     idle_motion=not args.no_idle_motion, max_seconds=args.max_seconds, fast_path=fast)
@@ -102,6 +106,9 @@ def check_serve_inputs(args: argparse.Namespace, command: str, extra: str, modul
     from ...optional_parts import extra_problem
     from ...preflight import PreflightError, check_input_files
 
+    lanes = getattr(args, "tts_lanes", 1)
+    if not 1 <= lanes <= 8:
+        raise ValueError(f"--tts-lanes must be 1 to 8, got {lanes} (1: sessions take turns on one lane)")
     problem = extra_problem(command, extra, modules)
     if problem:
         raise PreflightError(problem)

@@ -80,7 +80,8 @@ class LiveServer:
         from aiohttp import web
 
         return web.json_response({**self.manager.metrics.snapshot(), "sessions": len(self.manager.sessions),
-                                  "max_sessions": self.manager.max_sessions})
+                                  "max_sessions": self.manager.max_sessions,
+                                  "tts_lanes": getattr(self.manager.voice, "lanes", 1)})
 
     async def open_session(self, request: Any) -> Any:
         from aiohttp import web

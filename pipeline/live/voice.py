@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger("digital_human.live")
 
 
 class FirstPiecesFirst:
@@ -79,15 +82,17 @@ class LiveVoice:
     sentence with the first sentence cut short (text/chunking.split_first_piece: the first audio after a few
     words' synthesis, not a whole sentence's); CosyVoice 2 through its live stream (the LM's tokens vocoded every
     hop, the first piece after FIRST_HOP_TOKENS); other engines as their `stream` yields. One lock (first pieces
-    first: FirstPiecesFirst): the engines' sessions are shared. `engine` may be an engine object already made (benchmarks: a given release folder).
+    first: FirstPiecesFirst) per lane: the engines' sessions are shared. `engine` may be an engine object already made (benchmarks: a given release folder).
     token_limits: CosyVoice 2 only, text -> {"min_tokens", "max_tokens"} (benchmarks on random weights)."""
 
     def __init__(self, engine: Any = "kokoro", speaker: Any = None, base_voice: str = "auto",
                  backend: str = "auto", language: str = "auto", speed: float = 1.0,
                  token_limits: Callable[[str], dict] | None = None, first_hop_tokens: int | None = None,
-                 engine_options: dict[str, Any] | None = None) -> None:
+                 engine_options: dict[str, Any] | None = None, lanes: int = 1) -> None:
         """engine_options: get_engine's options for an engine named by `engine` (voice.engines.engine_options:
-        the fast path on CUDA)."""
+        the fast path on CUDA). lanes: utterances the engine may speak at the same time (engines with `set_lanes`:
+        CosyVoice 2's live stream; each lane a decoder and flow solver of its own over the same weights); a new
+        utterance takes the lane with the fewest utterances under way. Other engines have one lane (logged)."""
         from ...voice.engines import get_engine
 
         self.engine = get_engine(engine, **(engine_options or {})) if isinstance(engine, str) else engine
@@ -99,7 +104,36 @@ class LiveVoice:
         self.prepared: dict[str, int] = {}  # what warm() captured ahead (CosyVoice 2 on CUDA)
         self.engine.check_files()
         self.rate = int(self.engine.sample_rate)
-        self._lock = FirstPiecesFirst()
+        self.lanes = self._make_lanes(int(lanes))
+        self._locks = [FirstPiecesFirst() for _ in range(self.lanes)]
+        self._under_way = [0] * self.lanes  # utterances speaking on each lane
+        self._assign = threading.Lock()
+
+    def _make_lanes(self, lanes: int) -> int:
+        if lanes < 1:
+            raise ValueError(f"--tts-lanes must be at least 1, got {lanes}")
+        if lanes == 1:
+            return 1
+        if not (hasattr(self.engine, "set_lanes") and hasattr(self.engine, "live_stream") and self.speed == 1.0):
+            log.warning("live: the %s voice speaks one piece at a time (lanes are CosyVoice 2's live stream's); "
+                        "--tts-lanes %d ignored", self.engine_name, lanes)
+            return 1
+        made = int(self.engine.set_lanes(lanes))
+        if made < lanes:
+            log.warning("live: %d TTS lanes asked, %d made (the engine's most)", lanes, made)
+        return made
+
+    @contextmanager
+    def _lane(self) -> Iterator[int]:
+        """The lane for one utterance: the one with the fewest utterances under way (the lowest on a tie)."""
+        with self._assign:
+            lane = min(range(self.lanes), key=lambda i: (self._under_way[i], i))
+            self._under_way[lane] += 1
+        try:
+            yield lane
+        finally:
+            with self._assign:
+                self._under_way[lane] -= 1
 
     @property
     def cuda_device(self) -> str | None:
@@ -116,20 +150,30 @@ class LiveVoice:
         `max_speech_seconds` needs now: a capture while sessions run the talking head on other threads would stall
         the stream (and, in CUDA's global capture mode, fail)."""
         if hasattr(self.engine, "prepare_live") and self.speaker is not None:
-            with self._lock.hold(0):
+            with ExitStack() as held:
+                for lock in self._locks:
+                    held.enter_context(lock.hold(0))
                 self.prepared = self.engine.prepare_live(self.speaker, max_speech_seconds)
-        return list(self.pieces("Hello."))[0]
+        warmed = [list(self._pieces("Hello.", lane))[0] for lane in range(self.lanes)]  # every lane's first use
+        return warmed[0]
 
     def pieces(self, text: str) -> Iterator[Piece]:
+        with self._lane() as lane:
+            yield from self._pieces(text, lane)
+
+    def _pieces(self, text: str, lane: int) -> Iterator[Piece]:
+        lock = self._locks[lane]
         if self.engine_name != "kokoro":
             if hasattr(self.engine, "live_stream") and self.speed == 1.0:
                 hop = {"first_hop_tokens": self.first_hop_tokens} if self.first_hop_tokens else {}
+                if self.lanes > 1:
+                    hop["lane"] = lane
                 stream = self.engine.live_stream(text, self.speaker, language=self.language, limits=self.token_limits,
                                                  **hop)
             else:
                 stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
             for i in itertools.count():
-                with self._lock.hold(0 if i == 0 else 1):
+                with lock.hold(0 if i == 0 else 1):
                     wave = next(stream, None)
                 if wave is None:
                     return
@@ -138,7 +182,7 @@ class LiveVoice:
         from ...voice.tts import synthesize_speech
 
         for i, sentence in enumerate(split_first_piece(split_sentences(text))):
-            with self._lock.hold(0 if i == 0 else 1):
+            with lock.hold(0 if i == 0 else 1):
                 result = synthesize_speech(sentence.text, self.speaker, language=self.language, speed=self.speed,
                                            backend=self.backend, base_voice=self.base_voice)
             wave, phones = trim_edges(result.waveform, result.sample_rate, result.phones)
