@@ -116,3 +116,13 @@ def test_an_engine_without_lanes_gets_one_and_says_so(caplog):
     assert voice.lanes == 1 and "--tts-lanes 3 ignored" in caplog.text
     with pytest.raises(ValueError, match="at least 1"):
         LiveVoice(OnePieceAtATime(), lanes=0)
+
+
+def test_serve_refuses_a_bad_lane_count_before_any_model_loads(capsys, data_dir):
+    from digital_human.cli import main
+
+    face = str(data_dir / "image" / "face_01_female.jpg")
+    for lanes in ("0", "9"):
+        code = main(["serve", "--base-voice", "auto", "--face", face, "--tts-lanes", lanes])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--tts-lanes must be 1 to 8, got {lanes}" in err, err[-400:]
