@@ -18,7 +18,8 @@ One stream per role, not one per thread (`role`): cuBLAS keeps a workspace (up t
 (thread's handle, stream) pair and never frees it, and torch hands streams out round-robin from a pool of 32 per
 priority, so a new stream for every session's threads would let a long-running server's workspaces grow with the
 sessions it has served (render_video's paste stream is one per device for the same reason). The live TTS calls are
-serialised by the voice's lock anyway, so one TTS stream loses nothing; the sessions' talking-head threads share one
+serialised by the voice's lock, so one TTS stream loses nothing - except with TTS lanes (serve --tts-lanes), whose
+calls run at the same time: lane k > 0 has a stream of its own (tts_lane_role); the sessions' talking-head threads share one
 high-priority stream for their few milliseconds of whisper work and copies (the batched model step runs on the
 call batcher's own stream).
 
@@ -38,6 +39,12 @@ STREAMS_ENV = "DIGITAL_HUMAN_LIVE_STREAMS"  # "0": no streams of their own (ever
 FACE_PRIORITY = -1  # the talking head's streams (frames have deadlines); lower numbers run first
 TTS_PRIORITY = 0    # CUDA's default, the lowest
 FACE_ROLE, TTS_ROLE = "live-face", "live-tts"
+def tts_lane_role(lane: int) -> str:
+    """The stream role of TTS lane `lane`: lane 0 is the TTS stage's own stream (TTS_ROLE), each other lane one more,
+    so that lanes' device work runs side by side instead of in one stream's order."""
+    return TTS_ROLE if lane <= 0 else f"{TTS_ROLE}-{int(lane)}"
+
+
 _ROLES: dict[tuple[str, int, str], Any] = {}  # (device type, index, role) -> its stream (or None: none could be made)
 _ROLES_LOCK = threading.Lock()
 

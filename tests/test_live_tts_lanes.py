@@ -126,3 +126,31 @@ def test_serve_refuses_a_bad_lane_count_before_any_model_loads(capsys, data_dir)
         code = main(["serve", "--base-voice", "auto", "--face", face, "--tts-lanes", lanes])
         err = capsys.readouterr().err
         assert code == 2 and f"--tts-lanes must be 1 to 8, got {lanes}" in err, err[-400:]
+
+
+def test_each_lane_queues_its_device_work_on_a_stream_of_its_own(engine_and_speaker, monkeypatch):
+    """Every session's TTS stage shares one CUDA stream; lanes on it would run one after another on the device.
+    So with several lanes each call runs on its lane's stream (lane 0: the stage's own). The CPU has no streams:
+    the choice of stream is what is checked (the device's overlap is benchmarks/gpu_live.py's)."""
+    from contextlib import nullcontext
+
+    from digital_human.engines import cuda_streams
+    from digital_human.pipeline.live.voice import LiveVoice
+
+    engine, speaker = engine_and_speaker
+    roles: list[str] = []
+
+    def thread_stream(device, priority=0, role=None):
+        roles.append((device, role))
+        return nullcontext()
+
+    monkeypatch.setattr(cuda_streams, "thread_stream", thread_stream)
+    monkeypatch.setattr(LiveVoice, "cuda_device", property(lambda self: "cuda:0"))
+    voice = LiveVoice(engine, speaker, token_limits=_limits, lanes=2)
+    first, second = voice.pieces(TEXTS[0]), voice.pieces(TEXTS[1])
+    next(first), next(second)
+    assert roles == [("cuda:0", "live-tts"), ("cuda:0", "live-tts-1")]
+    first.close(), second.close()
+    one = LiveVoice(engine, speaker, token_limits=_limits, lanes=1)
+    next(one.pieces(TEXTS[0]))
+    assert len(roles) == 2  # one lane: the stage's stream, nothing added

@@ -6,7 +6,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +161,16 @@ class LiveVoice:
         with self._lane() as lane:
             yield from self._pieces(text, lane)
 
+    def _on_lane(self, lane: int) -> Any:
+        """The context of one call on `lane`: with several lanes on a CUDA device, the lane's own stream
+        (cuda_streams.tts_lane_role; the session's TTS stage stream is one stream for every session, and lanes on one
+        stream would run one after another on the device); with one lane, or off CUDA, nothing."""
+        if self.lanes == 1:
+            return nullcontext()
+        from ...engines.cuda_streams import TTS_PRIORITY, thread_stream, tts_lane_role
+
+        return thread_stream(self.cuda_device, TTS_PRIORITY, role=tts_lane_role(lane))
+
     def _pieces(self, text: str, lane: int) -> Iterator[Piece]:
         lock = self._locks[lane]
         if self.engine_name != "kokoro":
@@ -173,7 +183,7 @@ class LiveVoice:
             else:
                 stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
             for i in itertools.count():
-                with lock.hold(0 if i == 0 else 1):
+                with lock.hold(0 if i == 0 else 1), self._on_lane(lane):  # per call: never across a yield
                     wave = next(stream, None)
                 if wave is None:
                     return
