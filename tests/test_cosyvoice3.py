@@ -23,6 +23,12 @@ from digital_human.engines.cosyvoice.release import ReleaseFilesMissing, Unsuppo
 from digital_human.engines.cosyvoice.release3 import RELEASE_FILES, check_release, detect_version  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cosyvoice" / "reduced_v3.npz"
+# The vocoder's waveform goes through ~30 conv layers and an inverse STFT: float32 summation order differs between
+# CPUs (oneDNN's kernels per instruction set) and thread counts. On an AMD EPYC VM with AVX2 only (2026-12-03) it
+# moved 3.8e-4 (1 thread) to 4.2e-4 (2 threads) of the peak from the fixture's machine, spread over the whole clip
+# (no growth along it), while the flow's mel stayed at 2e-7; an implementation error shows as > 1e-2 (as
+# test_cosyvoice_parity.py's HIFT_TOL for CosyVoice 2).
+HIFT_REL_TOL = 2e-3
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +67,7 @@ def test_every_stage_matches_the_reference(fixture_data, folder):
     assert result["lm_greedy_mismatches"] == 0 and result["lm_greedy_steps"] == 24
     assert result["lm_logp_max_abs"] <= 1e-4
     assert result["lm_sampled_mismatches"] == 0
-    assert result["flow_mel_rel"] <= 1e-4 and result["hift_wave_rel"] <= 1e-4
+    assert result["flow_mel_rel"] <= 1e-4 and result["hift_wave_rel"] <= HIFT_REL_TOL
     assert result["noise_max_abs"] == 0  # the vocoder's fixed noise: the reference's construction draws
     assert result["prompt_mel_max_abs"] <= 1e-4
 
