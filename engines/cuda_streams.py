@@ -39,6 +39,8 @@ STREAMS_ENV = "DIGITAL_HUMAN_LIVE_STREAMS"  # "0": no streams of their own (ever
 FACE_PRIORITY = -1  # the talking head's streams (frames have deadlines); lower numbers run first
 TTS_PRIORITY = 0    # CUDA's default, the lowest
 FACE_ROLE, TTS_ROLE = "live-face", "live-tts"
+
+
 def tts_lane_role(lane: int) -> str:
     """The stream role of TTS lane `lane`: lane 0 is the TTS stage's own stream (TTS_ROLE), each other lane one more,
     so that lanes' device work runs side by side instead of in one stream's order."""
