@@ -17,7 +17,7 @@ RATE, SPF, FPS = 24000, 960, 25.0
 def _ticks(n: int, size: int = 64):
     rng = np.random.default_rng(0)
     for k in range(n):
-        frame = np.full((size, size, 3), 40 + 20 * k, np.uint8)
+        frame = np.full((size, size, 3), (40 + 20 * k) % 256, np.uint8)
         frame[:, : size // 2] = rng.integers(0, 255, (size, size // 2, 3), dtype=np.uint8)
         yield k, frame, (3000 * np.sin(np.arange(SPF) * 0.05 * (k + 1))).astype(np.int16)
 
@@ -68,4 +68,60 @@ def test_annexb_to_avcc():
     annexb = b"\x00\x00\x00\x01" + nal1 + b"\x00\x00\x01" + nal2
     want = struct.pack(">I", len(nal1)) + nal1 + struct.pack(">I", len(nal2)) + nal2
     assert annexb_to_avcc(annexb) == want
-    assert annexb_to_avcc(want) == want  # already length-prefixed (no start code): unchanged
+    long_nal = b"\x65" + bytes(range(1, 256)) + b"\x11" * 44  # 300 bytes, start codes 3 and 4 bytes long
+    assert annexb_to_avcc(b"\x00\x00\x01" + long_nal + b"\x00\x00\x00\x01" + nal1) == (
+        struct.pack(">I", 300) + long_nal + struct.pack(">I", len(nal1)) + nal1)
+    with pytest.raises(ValueError, match="start code"):  # length-prefixed input is refused, not guessed at
+        annexb_to_avcc(want)
+
+
+def _timelines(data: bytes) -> dict[str, list[tuple[int, int]]]:
+    """(pts, duration) of every demuxed packet per track, in the track's time base."""
+    out: dict[str, list[tuple[int, int]]] = {"video": [], "audio": []}
+    with av.open(io.BytesIO(data), format="mp4") as container:
+        for packet in container.demux():
+            if packet.size:
+                out[packet.stream.type].append((int(packet.pts), int(packet.duration)))
+    return out
+
+
+def _holes(track: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(a + da, b) for (a, da), (b, _) in zip(track, track[1:]) if a + da != b]
+
+
+@pytest.mark.parametrize("codec", ["opus", "aac"])
+def test_dropped_ticks_leave_no_hole_in_either_track(codec):
+    """The server drops ticks a slow websocket client cannot take (ticks_dropped_ws): the next tick's frame starts
+    where the last frame ended and the dropped ticks' audio is silence, so neither track has a gap (a gap splits
+    the browser's buffered range and stalls playback)."""
+    encoder = FMP4Encoder(64, 64, FPS, RATE, SPF, bitrate=200_000, audio=codec)
+    data = b""
+    dropped = {20, 21, 47}
+    for k, frame, sound in _ticks(80):
+        if k not in dropped:
+            data += encoder.encode(k, frame, sound)
+    data += encoder.close()
+    tracks = _timelines(data)
+    assert len(tracks["video"]) == 80 - len(dropped)
+    assert _holes(tracks["video"]) == [] and _holes(tracks["audio"]) == []
+    v_end = tracks["video"][-1][0] + tracks["video"][-1][1]
+    assert v_end == 80 * SPF + encoder.shift  # video time scale: the session rate (24 kHz)
+    a_end = tracks["audio"][-1][0] + tracks["audio"][-1][1]
+    audio_rate = 48000 if codec == "opus" else RATE
+    assert a_end >= 80 * SPF * audio_rate // RATE  # all 80 ticks' samples, the dropped ones' as silence
+    with pytest.raises(ValueError, match="must come in order"):
+        encoder.encode(79, *next(_ticks(1))[1:])
+
+
+def test_opus_first_frame_timed_from_the_pre_skip_when_its_tick_gives_no_packet():
+    """At 50 frames/s a tick holds 10 ms of audio and the first gives no Opus packet (20-ms frames): the pre-skip
+    comes from the init segment (dOps), so the first frame is timed as at 25 frames/s (no 6.5-ms hole after it)."""
+    spf = RATE // 50
+    encoder = FMP4Encoder(64, 64, 50.0, RATE, spf, bitrate=200_000, audio="opus")
+    assert encoder.shift == 156  # known before any packet: 312 samples at 48 kHz
+    data = b""
+    for k in range(30):
+        data += encoder.encode(k, np.full((64, 64, 3), 8 * k, np.uint8),
+                               (3000 * np.sin(np.arange(spf) * 0.05)).astype(np.int16))
+    tracks = _timelines(data + encoder.close())
+    assert tracks["video"][0] == (0, spf + 156) and _holes(tracks["video"]) == []

@@ -96,14 +96,23 @@ def _track_timescales(init: bytes) -> dict[int, int]:
     return out
 
 
+def _opus_pre_skip(init: bytes) -> int | None:
+    """The Opus track's pre-skip (samples at 48 kHz) from the init segment's dOps box, or None without one."""
+    at = init.find(b"dOps")
+    if at < 4 or at + 8 > len(init):
+        return None
+    return struct.unpack(">H", init[at + 6:at + 8])[0]  # after the type: version (1), channels (1), PreSkip (2)
+
+
 _START_CODE = re.compile(b"\x00\x00\x01")
 
 
 def annexb_to_avcc(data: bytes) -> bytes:
-    """H.264 from start codes (what libx264 gives) to 4-byte lengths (what an MP4 sample holds)."""
+    """H.264 from start codes (what libx264 gives) to 4-byte lengths (what an MP4 sample holds). Only Annex-B input:
+    length-prefixed data cannot be told from it in general (a length of 256-511 bytes begins 00 00 01 too)."""
+    if not (data.startswith(b"\x00\x00\x01") or data.startswith(b"\x00\x00\x00\x01")):
+        raise ValueError("annexb_to_avcc: the data does not begin with an H.264 start code")
     starts = [m.end() for m in _START_CODE.finditer(data)]
-    if not starts:
-        return data  # already length-prefixed
     out = []
     for i, begin in enumerate(starts):
         end = starts[i + 1] - 3 if i + 1 < len(starts) else len(data)
@@ -175,8 +184,17 @@ class FMP4Encoder:
         scales = _track_timescales(self._init)
         self._video_scale, self._audio_scale = scales.get(1, self.rate), scales.get(2, self._audio_rate)
         self._audio_delay: int | None = None  # the audio encoder's delay in the audio track's units, at its 1st packet
-        self._video_sent = 0
+        pre_skip = _opus_pre_skip(self._init) if audio == "opus" else None
+        if pre_skip is not None:  # known now: a first tick that gives no Opus packet (fps >= 50) is timed right too
+            self._set_audio_delay(pre_skip)
+        self._video_end = 0   # media time (video track units) where the last video sample ends
+        self._last_index: int | None = None
         self._sequence = 0
+
+    def _set_audio_delay(self, delay: int) -> None:
+        self._audio_delay = delay
+        if self.audio_codec == "opus":  # the clock's media time moves with it (server.py reads .shift)
+            self.shift = int(round(delay / self._audio_scale * self.rate))
 
     def encode(self, index: int, frame: np.ndarray, audio: np.ndarray) -> bytes:
         """Tick `index` (clock frame) -> the bytes to send now: the init segment first, then this tick's fragment
@@ -185,13 +203,28 @@ class FMP4Encoder:
 
         if self._origin is None:
             self._origin = index
+        if self._last_index is not None and index <= self._last_index:
+            raise ValueError(f"tick {index} after tick {self._last_index}: the ticks must come in order")
+        audio_packets = []
+        # ticks the server dropped (a slow client): their audio as silence, so the audio track has no hole; the
+        # video sample of this tick starts where the last one ended (_write), so that track has none either
+        for missing in range(self._last_index + 1 if self._last_index is not None else index, index):
+            audio_packets += self._encode_audio(missing, np.zeros(self.spf, np.int16))
+        self._last_index = index
         pts = (index - self._origin) * self.spf
         video = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
         video.pts, video.time_base = pts, Fraction(1, self.rate)
         video_packets = list(self._video.encode(video))
+        audio_packets += self._encode_audio(index, audio)
+        return self._init_once() + self._write(video_packets, audio_packets)
+
+    def _encode_audio(self, index: int, audio: np.ndarray) -> list:
+        import av
+
         sound = av.AudioFrame.from_ndarray(np.asarray(audio, np.int16).reshape(1, -1), format="s16", layout="mono")
-        sound.sample_rate, sound.pts, sound.time_base = self.rate, pts, Fraction(1, self.rate)
-        return self._init_once() + self._write(video_packets, list(self._audio.encode(sound)))
+        sound.sample_rate, sound.pts = self.rate, (index - self._origin) * self.spf
+        sound.time_base = Fraction(1, self.rate)
+        return list(self._audio.encode(sound))
 
     def _init_once(self) -> bytes:
         out, self._init = self._init, b""
@@ -200,15 +233,13 @@ class FMP4Encoder:
     def _write(self, video_packets: list, audio_packets: list) -> bytes:
         """The packets as one fragment, timed as PyAV's muxer timed them: media time = the encoder's time + the
         audio encoder's delay (Opus: its pre-skip; AAC: its priming), both tracks; the first video frame starts
-        at 0 and lasts its frame plus that delay."""
+        at 0 and lasts its frame plus that delay; a frame after dropped ticks starts where the last one ended."""
         audio: list[tuple[int, bytes, int]] = []
         audio_base = None
         for packet in audio_packets:
             t = int(round(float(packet.pts * packet.time_base) * self._audio_scale))
-            if self._audio_delay is None:
-                self._audio_delay = max(0, -t)
-                if self.audio_codec == "opus":  # the clock's media time moves with it (server.py reads .shift)
-                    self.shift = int(round(self._audio_delay / self._audio_scale * self.rate))
+            if self._audio_delay is None:  # AAC, or an Opus init segment without dOps: the first packet says
+                self._set_audio_delay(max(0, -t))
             audio_base = t + self._audio_delay if audio_base is None else audio_base
             duration = int(round(float(packet.duration * packet.time_base) * self._audio_scale)) if packet.duration \
                 else self._audio.codec_context.frame_size
@@ -218,13 +249,15 @@ class FMP4Encoder:
         frame_ticks = int(round(self.spf / self.rate * self._video_scale))
         shift = int(round(self.shift / self.rate * self._video_scale))
         for packet in video_packets:
+            if packet.dts is not None and packet.pts != packet.dts:  # the trun below has no composition offsets
+                raise RuntimeError("the H.264 encoder reordered frames (B-frames); the live stream needs bf=0")
             t = int(round(float(packet.pts * packet.time_base) * self._video_scale))
-            first = self._video_sent == 0
-            start = 0 if first else t + shift
+            # from where the last sample ended (the first: 0, lasting its frame plus the delay) to this frame's end
+            start, end = self._video_end, t + shift + frame_ticks
             video_base = start if video_base is None else video_base
-            video.append((frame_ticks + (shift if first else 0), annexb_to_avcc(bytes(packet)),
+            video.append((end - start, annexb_to_avcc(bytes(packet)),
                           KEY_SAMPLE if packet.is_keyframe else DELTA_SAMPLE))
-            self._video_sent += 1
+            self._video_end = end
         if not (video or audio):
             return b""
         self._sequence += 1  # mfhd numbers count up from 1, one a fragment
