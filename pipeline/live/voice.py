@@ -118,6 +118,9 @@ class LiveVoice:
             log.warning("live: the %s voice speaks one piece at a time (lanes are CosyVoice 2's live stream's); "
                         "--tts-lanes %d ignored", self.engine_name, lanes)
             return 1
+        if self.cuda_device is None:
+            log.warning("live: %d TTS lanes on the CPU share its cores (lanes pay off on a GPU, where their work "
+                        "overlaps)", lanes)
         made = int(self.engine.set_lanes(lanes))
         if made < lanes:
             log.warning("live: %d TTS lanes asked, %d made (the engine's most)", lanes, made)
