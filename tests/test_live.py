@@ -180,13 +180,13 @@ def test_interrupt_drops_the_queued_speech_and_returns_to_idle(live):
             audio = _audio_track(client.decoded)
             first_idle = min(arrival for t, arrival, _ in client.decoded.video if t >= end - 1e-3)
         # barge-in: queued speech is dropped, not played out - what follows the client's last frame is only what was
-        # already in flight (encoder, muxer, websocket): 4-5 frames (160-200 ms) on 2 CPU cores, against the issue's
-        # 200 ms bar, so the test allows 6 frames (docs/live.md gives the measured figures); the first idle frame
-        # arrives within that latency again
+        # already in flight (encoder, websocket): none in 6 of 6 runs on 2 CPU cores since each tick's fragment leaves
+        # in its tick (4-5 frames, 160-200 ms, with PyAV's muxer before), and the first idle frame was decoded 23-46 ms
+        # after the request (docs/live.md); the bar is 200 ms for both
         after_ms = 1000 * (end - heard)
-        assert after_ms <= 240.0 + 1e-3, f"{after_ms:.0f} ms of speech came after the interrupt"
+        assert after_ms <= 200.0 + 1e-3, f"{after_ms:.0f} ms of speech came after the interrupt"
         waited_ms = 1000 * (first_idle - asked)
-        assert waited_ms <= 400.0, f"idle came back {waited_ms:.0f} ms after the interrupt"
+        assert waited_ms <= 200.0, f"idle came back {waited_ms:.0f} ms after the interrupt"
         print(f"interrupt: {after_ms:.0f} ms of speech after the request, first idle frame decoded after {waited_ms:.0f} ms")
         # (AAC's overlapping 1024-sample blocks smear the last speech over the next ~43 ms, faintly)
         assert np.abs(audio[int(round((end + 0.05) * RATE)):]).max() < 0.01, "sound after the interrupt"
