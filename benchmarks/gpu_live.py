@@ -252,6 +252,51 @@ FACE_PROFILE_TTS_TEXT = ("Thank you for waiting, the package will arrive on Mond
                          "pick it up at the post office from Tuesday, with the card and a photo identity document.")
 
 
+LANE_TEXTS = ("Thanks for calling, your order left the warehouse this morning and arrives on Friday.",
+              "I can move the delivery to Monday if that suits you better, just say the word.")
+
+
+def lanes_check(voice, repeats: int = 2) -> dict:
+    """TTS lanes on this device: two utterances on lanes 0 and 1 each alone, then both at once from two threads (as
+    two sessions' TTS stages, each call on its lane's stream). Whether at once gives the same audio as alone (the
+    lanes share weights, nothing else), and the overlap: the two alone-times' sum over the wall time at once (2.0 =
+    fully side by side, 1.0 = in turn). Medians over `repeats`."""
+    import statistics
+
+    def speak(lane: int) -> tuple[np.ndarray, float]:
+        t0 = time.perf_counter()
+        wave = np.concatenate([p.wave for p in voice._pieces(LANE_TEXTS[lane], lane)])
+        return wave, time.perf_counter() - t0
+
+    alone_s, together_s, equal, diff = [], [], True, 0.0
+    for _ in range(repeats):
+        alone = [speak(lane) for lane in (0, 1)]
+        together: dict = {}
+        start = threading.Barrier(2)
+
+        def run(lane: int) -> None:
+            start.wait()
+            together[lane] = speak(lane)
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=run, args=(lane,)) for lane in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        together_s.append(time.perf_counter() - t0)
+        alone_s.append(alone[0][1] + alone[1][1])
+        for lane in (0, 1):
+            a, b = alone[lane][0], together[lane][0]
+            equal = equal and a.shape == b.shape and bool(np.array_equal(a, b))
+            if a.shape == b.shape:
+                diff = max(diff, float(np.abs(a - b).max()))
+    alone_med, together_med = statistics.median(alone_s), statistics.median(together_s)
+    return {"lanes": voice.lanes, "alone_sum_s": round(alone_med, 3), "together_s": round(together_med, 3),
+            "overlap": round(alone_med / together_med, 2), "audio_equal": equal, "max_abs_diff": diff,
+            "repeats": repeats}
+
+
 def _first_frame(face, wave: np.ndarray, rate: int) -> float:
     """Seconds from LiveFace.speech to its first frame (what a session's face stage waits for a piece's first frame)."""
     t0 = time.perf_counter()
@@ -495,6 +540,10 @@ def server_main(args: argparse.Namespace) -> None:
         if args.prefill_ab:
             report["static_prefill_ab"] = prefill_ab(voice, args.tts_profile)
             voice.first_hop_tokens = hop
+    if args.lanes_check:
+        if voice.lanes < 2:
+            raise SystemExit("--lanes-check needs --tts-lanes 2 or more")
+        report["lanes_check"] = lanes_check(voice, args.lanes_check)
     if args.face_profile:
         t1 = time.perf_counter()
         report["face_profile"] = face_profile(face, voice, piece.wave, args.face_profile)
@@ -708,6 +757,8 @@ def main() -> None:
                         "another (the websocket stream's audio codec; default opus); none: no sessions (profiles only)")
     parser.add_argument("--tts-lanes", type=int, default=1, help="CosyVoice 2 lanes (serve --tts-lanes): "
                         "utterances voiced at the same time")
+    parser.add_argument("--lanes-check", type=int, default=0, help="with --tts-lanes >= 2: N repeats of two "
+                        "utterances on two lanes alone and at once (same audio? how much overlap?)")
     parser.add_argument("--first-hop", type=int, default=0, help="CosyVoice 2's first piece in speech tokens "
                         "(0 = the engine's FIRST_HOP_TOKENS)")
     parser.add_argument("--tts-profile", type=int, default=0, help="before the sessions: CosyVoice 2's first live "
