@@ -1,5 +1,5 @@
 """benchmarks/gpu_live.py's CPU smoke run of its profiles (--size reduced --device cpu --phases none): the TTS and
-face profiles run and report every part, the face's first frame also under a concurrent TTS on the default stream
+face profiles and the two-lane check run and report every part, the face's first frame also under a concurrent TTS on the default stream
 and on the live stages' own streams (the same on a CPU: no streams there). The GPU figures come from the H200 run."""
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def test_face_profile_runs_on_the_cpu(setup_models, data_dir, tmp_path):
     out = tmp_path / "gl.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_live.py"), "--size", "reduced", "--device", "cpu",
-           "--phases", "none", "--face-profile", "2", "--tts-profile", "1", "--work", str(tmp_path / "work"),
+           "--phases", "none", "--face-profile", "2", "--tts-profile", "1", "--tts-lanes", "2", "--lanes-check", "1",
+           "--work", str(tmp_path / "work"),
            "--face", str(data_dir / "image" / "face_01_female.jpg"), "--face-models", str(models_root() / "face"),
            "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
@@ -31,6 +32,8 @@ def test_face_profile_runs_on_the_cpu(setup_models, data_dir, tmp_path):
     report = json.loads(out.read_text())
     assert report["phases"] == []
     assert set(report["tts_profile"]) == {"8", "4"}
+    lanes = report["lanes_check"]  # two lanes at once speak what each speaks alone
+    assert report["tts_lanes"] == 2 and lanes["audio_equal"] and lanes["max_abs_diff"] == 0.0 and lanes["overlap"] > 0
     prof = report["face_profile"]
     assert prof["face_device"] is None and prof["voice_device"] is None  # the CPU: no streams
     assert not prof["silent_piece"] and prof["frames"] >= 4
