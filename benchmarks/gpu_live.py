@@ -488,8 +488,12 @@ def server_main(args: argparse.Namespace) -> None:
     from digital_human.pipeline.live.server import LiveServer, RunningServer
     from digital_human.pipeline.live.session import SessionManager
 
-    if not 1 <= args.tts_lanes <= 8:
-        raise SystemExit(f"--tts-lanes must be 1 to 8, got {args.tts_lanes}")
+    from digital_human.pipeline.live.voice import check_tts_lanes
+
+    try:
+        check_tts_lanes(args.tts_lanes)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     phases = [] if args.phases == "none" else [parse_phase(p) for p in args.phases.split(",")]

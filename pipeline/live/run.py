@@ -106,9 +106,9 @@ def check_serve_inputs(args: argparse.Namespace, command: str, extra: str, modul
     from ...optional_parts import extra_problem
     from ...preflight import PreflightError, check_input_files
 
-    lanes = getattr(args, "tts_lanes", 1)
-    if not 1 <= lanes <= 8:
-        raise ValueError(f"--tts-lanes must be 1 to 8, got {lanes} (1: sessions take turns on one lane)")
+    from .voice import check_tts_lanes
+
+    check_tts_lanes(getattr(args, "tts_lanes", 1))
     problem = extra_problem(command, extra, modules)
     if problem:
         raise PreflightError(problem)

@@ -45,6 +45,17 @@ class FirstPiecesFirst:
                 self._cv.notify_all()
 
 
+MAX_TTS_LANES = 8  # as the CosyVoice 2 engine's MAX_LANES (each lane holds CUDA graphs of its own)
+
+
+def check_tts_lanes(lanes: int) -> int:
+    """`lanes` if it is a lane count `serve --tts-lanes` takes, else one error naming the option and the range."""
+    if not 1 <= int(lanes) <= MAX_TTS_LANES:
+        raise ValueError(f"--tts-lanes must be 1 to {MAX_TTS_LANES}, got {lanes} (at least 1: with 1, sessions take "
+                         "turns on one lane)")
+    return int(lanes)
+
+
 LEAD_KEEP_S = 0.08   # silence kept before a Kokoro piece's first sound (room for the mouth's anticipation)
 TAIL_KEEP_S = 0.10   # and after its last (the decay of the last phone)
 
@@ -110,9 +121,7 @@ class LiveVoice:
         self._assign = threading.Lock()
 
     def _make_lanes(self, lanes: int) -> int:
-        if lanes < 1:
-            raise ValueError(f"--tts-lanes must be at least 1, got {lanes}")
-        if lanes == 1:
+        if check_tts_lanes(lanes) == 1:
             return 1
         if not (hasattr(self.engine, "set_lanes") and hasattr(self.engine, "live_stream") and self.speed == 1.0):
             log.warning("live: the %s voice speaks one piece at a time (lanes are CosyVoice 2's live stream's); "
