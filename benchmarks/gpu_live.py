@@ -487,7 +487,6 @@ def server_main(args: argparse.Namespace) -> None:
     from digital_human.pipeline.live.metrics import StageMetrics
     from digital_human.pipeline.live.server import LiveServer, RunningServer
     from digital_human.pipeline.live.session import SessionManager
-
     from digital_human.pipeline.live.voice import check_tts_lanes
 
     try:
