@@ -490,7 +490,7 @@ def server_main(args: argparse.Namespace) -> None:
     from digital_human.pipeline.live.voice import check_tts_lanes
 
     try:
-        check_tts_lanes(args.tts_lanes)
+        check_tts_lanes(args.tts_lanes, cuda=args.device.startswith("cuda"))  # lanes on CUDA: LANES_CUDA_ENV=1
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     work = Path(args.work)
@@ -759,7 +759,7 @@ def main() -> None:
     parser.add_argument("--phases", default="1:16,8:104", help="SESSIONS:UTTERANCES[:opus|aac],... run one after "
                         "another (the websocket stream's audio codec; default opus); none: no sessions (profiles only)")
     parser.add_argument("--tts-lanes", type=int, default=1, help="CosyVoice 2 lanes (serve --tts-lanes): "
-                        "utterances voiced at the same time")
+                        "utterances voiced at the same time (on CUDA only with DIGITAL_HUMAN_TTS_LANES_CUDA=1)")
     parser.add_argument("--lanes-check", type=int, default=0, help="with --tts-lanes >= 2: N repeats of two "
                         "utterances on two lanes alone and at once (same audio? how much overlap?)")
     parser.add_argument("--first-hop", type=int, default=0, help="CosyVoice 2's first piece in speech tokens "

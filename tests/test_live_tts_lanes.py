@@ -135,7 +135,7 @@ def test_each_lane_queues_its_device_work_on_a_stream_of_its_own(engine_and_spea
     from contextlib import nullcontext
 
     from digital_human.engines import cuda_streams
-    from digital_human.pipeline.live.voice import LiveVoice
+    from digital_human.pipeline.live.voice import LANES_CUDA_ENV, LiveVoice
 
     engine, speaker = engine_and_speaker
     roles: list[str] = []
@@ -146,6 +146,7 @@ def test_each_lane_queues_its_device_work_on_a_stream_of_its_own(engine_and_spea
 
     monkeypatch.setattr(cuda_streams, "thread_stream", thread_stream)
     monkeypatch.setattr(LiveVoice, "cuda_device", property(lambda self: "cuda:0"))
+    monkeypatch.setenv(LANES_CUDA_ENV, "1")  # lanes on CUDA are refused without it
     voice = LiveVoice(engine, speaker, token_limits=_limits, lanes=2)
     first, second = voice.pieces(TEXTS[0]), voice.pieces(TEXTS[1])
     next(first), next(second)
@@ -154,3 +155,44 @@ def test_each_lane_queues_its_device_work_on_a_stream_of_its_own(engine_and_spea
     one = LiveVoice(engine, speaker, token_limits=_limits, lanes=1)
     next(one.pieces(TEXTS[0]))
     assert len(roles) == 2  # one lane: the stage's stream, nothing added
+
+
+def test_lanes_on_a_cuda_voice_are_refused_unless_asked_for(monkeypatch):
+    """Several lanes hung on an H200 (benchmarks/RESULTS_live.md, 2026-12-03): refused there with the way out."""
+    from digital_human.pipeline.live.voice import LANES_CUDA_ENV, LiveVoice, check_tts_lanes
+
+    monkeypatch.delenv(LANES_CUDA_ENV, raising=False)
+    assert check_tts_lanes(1, cuda=True) == 1 and check_tts_lanes(4, cuda=False) == 4
+    with pytest.raises(ValueError, match="--tts-lanes 4 is turned off on a CUDA GPU.*--tts-lanes 1"):
+        check_tts_lanes(4, cuda=True)
+
+    class CudaVoiceWithLanes:  # says it runs on CUDA; set_lanes must not be reached
+        name, sample_rate, device = "lanes", 24000, "cuda"
+
+        def check_files(self):
+            pass
+
+        def live_stream(self, *a, **k):
+            raise AssertionError("not spoken")
+
+        def set_lanes(self, count):
+            raise AssertionError("lanes were made")
+
+    with pytest.raises(ValueError, match="turned off on a CUDA GPU"):
+        LiveVoice(CudaVoiceWithLanes(), lanes=2)
+    monkeypatch.setenv(LANES_CUDA_ENV, "1")
+    assert check_tts_lanes(4, cuda=True) == 4
+
+
+def test_serve_refuses_lanes_on_cuda_before_any_model_loads(monkeypatch, capsys, data_dir):
+    from digital_human.cli import main
+    from digital_human.engines import devices
+    from digital_human.pipeline.live.voice import LANES_CUDA_ENV
+
+    monkeypatch.delenv(LANES_CUDA_ENV, raising=False)
+    monkeypatch.setattr(devices, "torch_cuda_usable", lambda: True)  # as on a GPU host
+    face = str(data_dir / "image" / "face_01_female.jpg")
+    code = main(["serve", "--engine", "cosyvoice2", "--speaker", str(data_dir / "none.npz"), "--face", face,
+                 "--tts-lanes", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--tts-lanes 2 is turned off on a CUDA GPU" in err, err[-400:]

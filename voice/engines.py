@@ -93,6 +93,19 @@ def engine_options(name: str, fast_path: bool | None = None) -> dict[str, Any]:
     return {entry.fast_keyword: True, "device": "cuda"}
 
 
+def fast_path_on_cuda(name: str, fast_path: bool | None = None) -> bool:
+    """Whether engine_options(name, fast_path) would put the engine on a CUDA GPU (its fast path switched on and
+    CUDA usable). Logs nothing and loads no model: for checks made before any work (serve's --tts-lanes)."""
+    from ..fast_path import switch
+
+    entry = engine_entry(name)
+    if entry is None or not entry.fast_keyword or not switch(fast_path, entry.fast_env):
+        return False
+    from ..engines.devices import torch_cuda_usable
+
+    return bool(torch_cuda_usable())
+
+
 def engine_problem(name: str) -> str | None:
     """None when engine `name` can run now; else one message naming its missing extra (with the pip line)
     and every missing file. Quick: nothing heavy is imported (checked before any work starts)."""

@@ -40,7 +40,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tts-lanes", type=int, default=1,
                    help="CosyVoice 2: utterances voiced at the same time (each lane a KV cache and CUDA graphs of its "
                         "own over one copy of the weights; costs GPU memory and warm-up time). 1 = sessions' pieces "
-                        "take turns on one lane")
+                        "take turns on one lane. Above 1 is refused on a CUDA GPU (it hung there in the last test; "
+                        "DIGITAL_HUMAN_TTS_LANES_CUDA=1 tries it)")
     p.add_argument("--ice-server", action="append", default=[], metavar="URL",
                    help="STUN/TURN server for WebRTC (stun:host:port, turn://user:password@host:port); none by default")
     p.add_argument("--udp-ports", metavar="LOW-HIGH", type=_port_range, help="WebRTC UDP ports (firewalls)")
@@ -108,7 +109,11 @@ def check_serve_inputs(args: argparse.Namespace, command: str, extra: str, modul
 
     from .voice import check_tts_lanes
 
-    check_tts_lanes(getattr(args, "tts_lanes", 1))
+    lanes = getattr(args, "tts_lanes", 1)
+    if lanes != 1:  # where the voice would run decides whether lanes are allowed (check_tts_lanes)
+        from ...voice.engines import fast_path_on_cuda
+
+        check_tts_lanes(lanes, cuda=fast_path_on_cuda(args.engine, live_fast_path(getattr(args, "fast_path", None))))
     problem = extra_problem(command, extra, modules)
     if problem:
         raise PreflightError(problem)

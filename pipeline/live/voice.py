@@ -4,6 +4,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -48,11 +49,22 @@ class FirstPiecesFirst:
 MAX_TTS_LANES = 8  # as the CosyVoice 2 engine's MAX_LANES (each lane holds CUDA graphs of its own)
 
 
-def check_tts_lanes(lanes: int) -> int:
-    """`lanes` if it is a lane count `serve --tts-lanes` takes, else one error naming the option and the range."""
+LANES_CUDA_ENV = "DIGITAL_HUMAN_TTS_LANES_CUDA"  # "1": let --tts-lanes above 1 run on a CUDA GPU (to debug them)
+
+
+def check_tts_lanes(lanes: int, cuda: bool = False) -> int:
+    """`lanes` if it is a lane count `serve --tts-lanes` takes, else one error naming the option and the fix.
+    cuda: the voice runs on a CUDA GPU, where more than one lane is refused unless LANES_CUDA_ENV is 1. Why: on an
+    H200 (2026-12-03, benchmarks/RESULTS_live.md) 4 lanes under 8 sessions voiced nothing for 190 s, each lane's
+    thread waiting on its stream's GPU work, and two lanes at once gave other audio than each alone; the cause is
+    not found, so a server would hang instead of serving."""
     if not 1 <= int(lanes) <= MAX_TTS_LANES:
         raise ValueError(f"--tts-lanes must be 1 to {MAX_TTS_LANES}, got {lanes} (at least 1: with 1, sessions take "
                          "turns on one lane)")
+    if int(lanes) > 1 and cuda and os.environ.get(LANES_CUDA_ENV, "").strip() != "1":
+        raise ValueError(f"--tts-lanes {lanes} is turned off on a CUDA GPU: in the last GPU test several lanes stopped "
+                         "every session's speech (docs/live.md); use --tts-lanes 1 (sessions take turns on one lane, "
+                         f"the first pieces first), or set {LANES_CUDA_ENV}=1 to try lanes anyway")
     return int(lanes)
 
 
@@ -121,7 +133,7 @@ class LiveVoice:
         self._assign = threading.Lock()
 
     def _make_lanes(self, lanes: int) -> int:
-        if check_tts_lanes(lanes) == 1:
+        if check_tts_lanes(lanes, cuda=self.cuda_device is not None) == 1:
             return 1
         if not (hasattr(self.engine, "set_lanes") and hasattr(self.engine, "live_stream") and self.speed == 1.0):
             log.warning("live: the %s voice speaks one piece at a time (lanes are CosyVoice 2's live stream's); "
