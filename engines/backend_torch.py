@@ -43,16 +43,20 @@ class _CapturedGraph:
     def __init__(self, module: Any, example: list[Any]) -> None:
         import torch
 
+        from .cuda_streams import capture_stream
+
         self.static_inputs = [t.clone() for t in example]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
+        # a capture stream of this graph's own: its cuBLAS workspace is not another graph's (capture_stream)
+        stream = capture_stream(self.static_inputs[0].device if self.static_inputs else "cuda")
+        current = torch.cuda.current_stream()
+        stream.wait_stream(current)
         with torch.cuda.stream(stream), torch.inference_mode():
-            for _ in range(2):  # warm-up on a side stream, as CUDA graph capture requires
+            for _ in range(2):  # warm-up on the capture stream, as CUDA graph capture requires
                 module(*self.static_inputs)
-        torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.inference_mode():
+        with torch.cuda.graph(self.graph, stream=stream), torch.inference_mode():
             self.static_outputs = module(*self.static_inputs)
+        current.wait_stream(stream)
 
     def __call__(self, inputs: list[Any]) -> Any:
         for static, value in zip(self.static_inputs, inputs):

@@ -120,3 +120,36 @@ def thread_stream(device: Any, priority: int = 0, role: str | None = None) -> co
     import torch
 
     return torch.cuda.stream(stream)
+
+
+_CAPTURE_STREAMS: dict[str, set[int]] = {}  # device -> raw handles of the streams capture_stream gave out
+
+
+def capture_stream(device: Any) -> Any:
+    """A torch.cuda.Stream on CUDA `device` for one owner's CUDA-graph captures (a decoder's, a flow solver's, a
+    compiled model's), not given to any other owner by this function; its warm-up runs should run on it too.
+
+    Why: PyTorch (2.11 at least) keys cuBLAS's workspace by (the thread's handle, the current stream), and a captured
+    GEMM keeps that workspace's address. torch.cuda.graph captures on one process-wide stream unless told otherwise,
+    so every graph captured on one thread shared one workspace: two of them replayed at the same time on different
+    streams (live mode's TTS lanes, or the TTS beside the talking head) write the same scratch memory - on an H200 two
+    lanes at once gave other audio than each alone, and four hung (benchmarks/RESULTS_live.md, 2026-12-03; pytorch
+    issue 193402 describes the shared workspace). torch hands streams out round-robin from a pool of 32 per priority,
+    so this draws until it gets one not given out yet (both priorities: 64 owners a device); past that it reuses one,
+    with a warning. Not subject to DIGITAL_HUMAN_LIVE_STREAMS: a capture always needs a stream of its own."""
+    import torch
+
+    dev = torch.device(device)
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    with _ROLES_LOCK:
+        taken = _CAPTURE_STREAMS.setdefault(f"cuda:{index}", set())
+        stream = None
+        for priority in (0, -1):
+            for _ in range(32):
+                stream = torch.cuda.Stream(device=f"cuda:{index}", priority=priority)
+                if stream.cuda_stream not in taken:
+                    taken.add(stream.cuda_stream)
+                    return stream
+        log.warning("[digital_human] more than 64 CUDA-graph owners on cuda:%d: some share a capture stream (and its "
+                    "cuBLAS workspace); do not replay their graphs at the same time", index)
+        return stream

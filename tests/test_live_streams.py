@@ -204,3 +204,34 @@ def test_the_musetalk_batcher_runs_at_the_face_priority():
         assert np.array_equal(out, 2 * np.ones((4, 2)))
     finally:
         fake._batcher.close()
+
+
+def test_each_graph_owner_gets_a_capture_stream_of_its_own(monkeypatch, caplog):
+    """cuBLAS's workspace is keyed by (thread, stream) and baked into captured graphs: owners whose graphs may replay
+    at the same time (TTS lanes, TTS beside the talking head) must capture on different streams. torch hands streams
+    out round-robin from 32 per priority; the CPU has none, so a pool like torch's stands in for it."""
+    import torch
+
+    from digital_human.engines import cuda_streams
+
+    drawn: list = []
+
+    class PoolStream:  # torch.cuda.Stream's pool: 32 raw streams per priority, handed out in turn
+        def __init__(self, device=None, priority=0):
+            n = sum(1 for p in drawn if p == priority)
+            drawn.append(priority)
+            self.cuda_stream = (1000 if priority else 0) + n % 32
+            self.priority = priority
+
+    monkeypatch.setattr(torch.cuda, "Stream", PoolStream)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cuda_streams, "_CAPTURE_STREAMS", {})
+    PoolStream()  # someone else (a role stream) took the pool's first stream: capture owners may share it, no harm
+    owners = [cuda_streams.capture_stream("cuda") for _ in range(64)]
+    assert len({s.cuda_stream for s in owners}) == 64  # both priorities' pools, no stream twice
+    before = len(drawn)
+    cuda_streams.capture_stream("cuda:1")
+    assert len(drawn) == before + 1  # another device keeps its own record: its first draw is free
+    with caplog.at_level("WARNING", logger="digital_human.engines"):
+        extra = cuda_streams.capture_stream("cuda:0")
+    assert extra is not None and "share a capture stream" in caplog.text

@@ -114,7 +114,8 @@ def test_flow_graphs_captured_ahead_so_none_is_captured_while_serving(cosyvoice,
 
     from digital_human.engines.cosyvoice import flow as fl
 
-    def capture(run, device, pool=None):  # a "graph": its output tensor, refilled by each replay
+    def capture(run, device, pool=None, stream=None):  # a "graph": its output tensor, refilled by each replay
+        assert stream is None  # the CPU has no capture stream (on CUDA: the solver's own, cuda_streams)
         out = run()
         return (lambda: out.copy_(run())), out
 

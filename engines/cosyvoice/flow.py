@@ -388,6 +388,7 @@ class FastCFM:
         # so the next graph may reuse them (a pool each would hold the sum of a live chunk's 18 buckets).
         # Sharing is safe only if replays never overlap: _replay_lock, and on the device _done (below).
         self._pool: Any = None
+        self._stream: Any = None  # this solver's capture stream (_graph)
         self._replay_lock = threading.Lock()
         # The lock orders the calls' queueing only. Callers on different CUDA streams (the live server's stage
         # threads each have one: engines/cuda_streams.py) would have their copy-in, replay and clone run side by side
@@ -407,7 +408,11 @@ class FastCFM:
         device = static["x"].device
         if self._pool is None and device.type == "cuda":
             self._pool = torch.cuda.graph_pool_handle()
-        replay, out = _capture(run, device, pool=self._pool)
+        if self._stream is None and device.type == "cuda":
+            from ..cuda_streams import capture_stream
+
+            self._stream = capture_stream(device)  # a cuBLAS workspace of this solver's own (capture_stream)
+        replay, out = _capture(run, device, pool=self._pool, stream=self._stream)
         self.captures += 1
         if self.prepared and padded > self.prepared:
             log.warning("[digital_human] CosyVoice 2 flow: a %d-frame solve is longer than the %d frames prepared; "
@@ -469,22 +474,27 @@ log = logging.getLogger("digital_human.cosyvoice")
 _CAPTURE_LOCK = threading.Lock()  # one capture at a time in the process
 
 
-def capture_graph(run: Callable[[], torch.Tensor], device: torch.device,
-                  pool: Any = None) -> tuple[Callable[[], None], torch.Tensor]:
-    """(replay, out): run() captured into a CUDA graph after one warm-up call on a side stream (cuDNN/cuBLAS
-    plans are made outside the capture); `pool` (torch.cuda.graph_pool_handle()) shares memory with other graphs.
+def capture_graph(run: Callable[[], torch.Tensor], device: torch.device, pool: Any = None,
+                  stream: Any = None) -> tuple[Callable[[], None], torch.Tensor]:
+    """(replay, out): run() captured into a CUDA graph on `stream` after one warm-up call there (cuDNN/cuBLAS
+    plans and workspace are made outside the capture); `pool` (torch.cuda.graph_pool_handle()) shares memory with
+    other graphs; `stream`: the owner's capture stream (cuda_streams.capture_stream; None: a new one).
     Thread-local capture mode: other threads may use the GPU meanwhile (live mode's talking head) - in the
     default global mode their calls fail with "operation not permitted when stream is capturing" and invalidate
     this capture (seen on an H200, 2026-12-02)."""
     with _CAPTURE_LOCK:
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
+        if stream is None:
+            from ..cuda_streams import capture_stream
+
+            stream = capture_stream(device)
+        current = torch.cuda.current_stream(device)
+        stream.wait_stream(current)
         with torch.cuda.stream(stream):
             run()
-        torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
             out = run()
+        current.wait_stream(stream)
     return graph.replay, out
 
 

@@ -391,6 +391,7 @@ class StaticDecoder:
         self.static_prefill = choice == "1" or (choice != "0" and self.device.type == "cuda")
         self._prefill_graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
         self._prefill_pool: Any = None
+        self._capture_stream: Any = None  # _graph_stream()
         self.step_kind = step
         self.gemv = gemv if compile else "linear"
         self._fused: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
@@ -610,21 +611,30 @@ class StaticDecoder:
             self._draw_fn(logp)
         return logp
 
+    def _graph_stream(self) -> Any:
+        """This decoder's stream for its captures and their warm-ups (cuda_streams.capture_stream: its own cuBLAS
+        workspace, so that another lane's decoder replaying at the same time does not write it)."""
+        if self._capture_stream is None:
+            from ..cuda_streams import capture_stream
+
+            self._capture_stream = capture_stream(self.device)
+        return self._capture_stream
+
     def _capture(self) -> None:
-        # Warm-up on a side stream (lazy cuBLAS/SDPA init must not happen during capture), then capture.
-        # These runs write garbage K/V at positions 0..3; prefill overwrites them before any real step.
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
+        # Warm-up on the capture stream (lazy cuBLAS/SDPA init and the workspace must not happen during capture),
+        # then capture. These runs write garbage K/V at positions 0..3; prefill overwrites them before any real step.
+        stream = self._graph_stream()
+        current = torch.cuda.current_stream(self.device)
+        stream.wait_stream(current)
         with torch.cuda.stream(stream):
             for _ in range(3):
                 self._reset()
                 self._graph_step()
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        self._reset()
         self.graph = torch.cuda.CUDAGraph()
         # thread-local: other threads' GPU work (live mode's talking head) neither fails nor breaks the capture
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+        with torch.cuda.graph(self.graph, stream=stream, capture_error_mode="thread_local"):
             self.out = self._graph_step()
+        current.wait_stream(stream)
         self._reset()
 
     def prefill(self, embeds: torch.Tensor) -> torch.Tensor:
@@ -689,19 +699,20 @@ class StaticDecoder:
             return 0
         hidden = self.qwen.config.hidden_size
         top = min(self.capacity, -(-int(max_length) // PREFILL_BUCKET) * PREFILL_BUCKET)
-        stream = torch.cuda.Stream(self.device)
+        stream = self._graph_stream()  # the step graph's: one generation at a time uses a decoder
         for padded in range(PREFILL_BUCKET, top + 1, PREFILL_BUCKET):
             if padded in self._prefill_graphs:
                 continue
             static_in = torch.zeros(1, padded, hidden, dtype=self.dtype, device=self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
+            current = torch.cuda.current_stream(self.device)
+            stream.wait_stream(current)
             with torch.cuda.stream(stream):  # warm-up off the capture (lazy cuBLAS/SDPA set-up)
                 self._prefill_forward(static_in)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             self._prefill_pool = self._prefill_pool or torch.cuda.graph_pool_handle()
-            with torch.cuda.graph(graph, pool=self._prefill_pool, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self._prefill_pool, stream=stream, capture_error_mode="thread_local"):
                 static_out = self._prefill_forward(static_in)
+            current.wait_stream(stream)
             self._prefill_graphs[padded] = (graph.replay, static_in, static_out)
         self._reset()
         return len(self._prefill_graphs)

@@ -119,7 +119,9 @@ class DeviceFaceModels:
         """step as a replay of one CUDA graph over the static frame and map (warmed up on a side stream first,
         as capture needs: lazy cuDNN/cuBLAS set-up outside the graph)."""
         torch = self.torch
-        side = torch.cuda.Stream(self.device)
+        from ..cuda_streams import capture_stream
+
+        side = capture_stream(self.device)  # this graph's own cuBLAS workspace (capture_stream)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side), torch.inference_mode():
             for _ in range(2):

@@ -212,7 +212,11 @@ class MuseTalkPipeline:
         self._graph: dict[str, GraphReplay] = {}
         self._graph_failed: set[str] = set()
         self._batcher: Any = None  # share_batches: concurrent threads' steps as one batch
-        self._stream: Any = torch.cuda.Stream(self.device) if self.graphs else None
+        self._stream: Any = None
+        if self.graphs:  # its graphs are captured on it: a cuBLAS workspace of their own (cuda_streams.capture_stream)
+            from ..cuda_streams import capture_stream
+
+            self._stream = capture_stream(self.device)
         if graphs and not cuda:
             self.graphs_note = "MuseTalk CUDA graphs are for CUDA only; running without them on the CPU"
             log.warning("[digital_human] %s", self.graphs_note)

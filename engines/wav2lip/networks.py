@@ -220,15 +220,18 @@ class GraphedGenerator:
         self._mel = torch.zeros((b,) + tuple(like_mel.shape[1:]), dtype=like_mel.dtype, device=like_mel.device)
         self._faces = torch.zeros((b,) + tuple(like_faces.shape[1:]), dtype=like_faces.dtype,
                                   device=like_faces.device).contiguous(memory_format=torch.channels_last)
-        stream = torch.cuda.Stream(device=like_mel.device)
-        stream.wait_stream(torch.cuda.current_stream())
+        from ..cuda_streams import capture_stream
+
+        stream = capture_stream(like_mel.device)  # this graph's own cuBLAS workspace (capture_stream)
+        current = torch.cuda.current_stream(like_mel.device)
+        stream.wait_stream(current)
         with torch.cuda.stream(stream), torch.inference_mode():
             for _ in range(2):
                 self.net(self._mel, self._faces)
-        torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph), torch.inference_mode():
+        with torch.cuda.graph(graph, stream=stream), torch.inference_mode():
             self._out = self.net(self._mel, self._faces)
+        current.wait_stream(stream)
         self._graph = graph
 
     def __call__(self, mel: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
