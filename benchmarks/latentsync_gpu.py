@@ -228,7 +228,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,fast,profile,whole,memory,graph,deepcache,variants")
     ap.add_argument("--deepcache", default="3,2", help="cache intervals of the DeepCache-style section")
-    ap.add_argument("--variants", default="cudnn", help="SDPA backends tried first by the variants section")
+    ap.add_argument("--variants", default="cudnn", help="SDPA backends tried first by the variants section, and "
+                    "'short' (the short-sequence temporal attention kernel)")
     ap.add_argument("--variant-repeats", type=int, default=0, help="timed runs of whole windows per variant")
     ap.add_argument("--graph-repeats", type=int, default=0, help="timed runs of --windows windows with graphs")
     ap.add_argument("--memory-steps", type=int, default=1)
@@ -877,7 +878,9 @@ def main() -> None:
         rep["variants"] = out
         for first in [v for v in args.variants.split(",") if v]:
             torch._dynamo.reset()
-            fp = FastPath(net, 1, sdpa_first=first)
+            # "short": the motion modules' temporal attention through the short-sequence kernel (FastPath's
+            # short_attention); any other name: that SDPA backend tried first
+            fp = FastPath(net, 1, short_attention=True) if first == "short" else FastPath(net, 1, sdpa_first=first)
             if args.smoke:
                 fp.compiled = dict(fp.eager)
             t = time.perf_counter()
@@ -886,7 +889,7 @@ def main() -> None:
             row = {"compile_s": time.perf_counter() - t, "step_ms": timed_ms(call(fp)),
                    "max_abs_vs_fast_step": float((o - base_out).abs().max()),
                    "scale": float(base_out.abs().max()), "failed": fp.failed}
-            out[f"sdpa_{first}_first"] = row
+            out["short_attention" if first == "short" else f"sdpa_{first}_first"] = row
             save()
             if args.variant_repeats:  # whole windows with this variant (its encoder/decoder compile first)
                 pipe = fast_pipe["exact"]
@@ -909,7 +912,8 @@ def main() -> None:
                         row["vs_reference"] = _diff(o, outs["reference"])
                 finally:
                     pipe.fast = kept
-                save()
+            net.unet.set_short_attention(False)  # the switch is the UNet's: the next variant runs without it
+            save()
 
     del _levers, _attn, _profile, _variants, _whole, _reference, _eager, _fp32, _fast, _graph, _deepcache, _memory
     rep["total_s"] = time.perf_counter() - T0

@@ -215,3 +215,47 @@ def test_shared_rows_gives_the_unshared_output():
     # FP32 sums in another order (one row's GEMMs vs two rows'): 1e-4 here, against rows 0.26 apart
     assert torch.allclose(each, shared, atol=5e-4)
     assert not torch.allclose(each[0], each[1], atol=1e-2)  # the rows really differ (audio vs none)
+
+
+def test_short_attention_switch_routes_every_temporal_attention_and_keeps_the_output(monkeypatch):
+    """set_short_attention(True) sends the motion modules' temporal attention (and nothing else) to the short-sequence
+    kernel where it can run; the output stays the SDPA path's. The CPU has no Triton kernel: `available` is made true
+    and the kernel's entry answered by its torch reference, so what is checked is the routing and the layout the
+    kernel returns ([B, F, H, D] memory); the kernel's own maths are tests/test_short_attention.py's."""
+    pytest.importorskip("diffusers", reason="LatentSync is an optional extra: pip install .[latentsync]")
+    import torch
+
+    from digital_human.engines.latentsync import short_attention as short
+    from digital_human.engines.latentsync.random_release import UNET_MODEL_REDUCED
+    from digital_human.engines.latentsync.unet import LatentSyncUNet, TemporalAttention
+
+    torch.manual_seed(0)
+    net = LatentSyncUNet(UNET_MODEL_REDUCED).eval()
+    with torch.no_grad():  # the motion modules' proj_out start at zero (as AnimateDiff's): make them count
+        for p in net.parameters():
+            if not p.any():
+                p.normal_(0, 0.02)
+    x, audio = torch.randn(2, 13, 4, 8, 8), torch.randn(8, 30, 384)
+    calls: list = []
+
+    def kernel(q, k, v):
+        calls.append(tuple(q.shape))
+        return short._reference_short_attention(q, k, v)
+
+    monkeypatch.setattr(short, "available", lambda device: True)
+    monkeypatch.setattr(short, "short_attention", kernel)
+    with torch.no_grad():
+        sdpa = net(x, torch.tensor(501), audio, uncond_rows=1)
+        assert not calls
+        switched = net.set_short_attention(True)
+        fast = net(x, torch.tensor(501), audio, uncond_rows=1)
+    temporal = sum(isinstance(m, TemporalAttention) for m in net.modules())
+    assert switched == temporal > 0 and len(calls) == temporal  # each temporal attention once, nothing else
+    assert all(shape[2] == 4 for shape in calls)  # sequences of the window's 4 frames
+    # FP32 sums in another order (matmuls vs SDPA's math kernel): 1.3e-5 here; a kernel with q scaled by 1.2 or its
+    # values' frames reversed moves the output by 0.11 / 0.32 (checked by hand)
+    assert torch.allclose(sdpa, fast, atol=5e-4)
+    net.set_short_attention(False)
+    with torch.no_grad():
+        net(x, torch.tensor(501), audio, uncond_rows=1)
+    assert len(calls) == temporal  # switched back: SDPA again

@@ -162,11 +162,17 @@ class FastPath:
     """The compiled functions of one Networks (module doc), per classifier-free-guidance mode; compiled lazily
     on first use (a minute or more once per process on an H200), kept on Networks.compiled."""
 
-    def __init__(self, net: Networks, uncond_rows: int, sdpa_first: str | None = None, graphs: bool = False):
+    def __init__(self, net: Networks, uncond_rows: int, sdpa_first: str | None = None, graphs: bool = False,
+                 short_attention: bool = False):
         """sdpa_first: an SDPA backend ("cudnn", "flash", "efficient", "math") tried first by the compiled
         functions (baked in when they compile; None = torch's own order). graphs: replay the compiled UNet
-        steps from CUDA graphs (captured at their second call)."""
+        steps from CUDA graphs (captured at their second call). short_attention: the motion modules' temporal
+        attention through the short-sequence Triton kernel (LatentSyncUNet.set_short_attention; the switch is the
+        UNet's, so its eager calls use it too)."""
         unet, vae = net.unet, net.vae
+        self.short_attention = bool(short_attention)
+        if short_attention:
+            unet.set_short_attention(True)
         self.seconds: dict[str, float] = {}   # first call of each function (its compilation)
         self.failed: str | None = None
         self.sdpa_first = sdpa_first
@@ -252,6 +258,9 @@ class FastPath:
 
 MOMENTS_KEPT = 512  # VAE posterior moments kept per pipeline: 256 reference frames x (masked, reference)
 GRAPHS_ENV = "DIGITAL_HUMAN_LATENTSYNC_GRAPHS"  # "1": the compiled steps replayed from CUDA graphs (off until measured)
+# "1": the motion modules' temporal attention through engines/latentsync/short_attention.py's kernel (off until a
+# whole-step GPU run measures it: the kernel alone was 5.5-7x SDPA's speed on an H200, 2026-12-03)
+SHORT_ATTENTION_ENV = "DIGITAL_HUMAN_LATENTSYNC_SHORT_ATTENTION"
 GRAPHED = ("step", "step_reuse")   # called every DDIM step; the VAE's functions run once or twice a window
 
 
@@ -261,15 +270,19 @@ class _Replay:
     next replay (the pipeline uses each step's output before the next step; it copies what it keeps)."""
 
     def __init__(self, fn: Any, args: tuple):
+        from ..cuda_streams import capture_stream
+
         self.inputs = [a.clone() if torch.is_tensor(a) else a for a in args]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
+        device = next((a.device for a in self.inputs if torch.is_tensor(a)), torch.device("cuda"))
+        side = capture_stream(device)  # this graph's own cuBLAS workspace (capture_stream)
+        current = torch.cuda.current_stream(device)
+        side.wait_stream(current)
         with torch.cuda.stream(side):  # warm-up off the capture (allocator, cuDNN/cuBLAS workspaces)
             fn(*self.inputs)
-        torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, stream=side):
             self.outputs = fn(*self.inputs)
+        current.wait_stream(side)
 
     def __call__(self, *args: Any) -> Any:
         for mine, given in zip(self.inputs, args):
@@ -286,7 +299,8 @@ def fast_path(net: Networks, cfg: bool) -> FastPath:
         hit = net.compiled.get(key)
         if hit is None:
             hit = net.compiled[key] = FastPath(net, 1 if cfg else 0,
-                                               graphs=os.environ.get(GRAPHS_ENV, "").strip() == "1")
+                                               graphs=os.environ.get(GRAPHS_ENV, "").strip() == "1",
+                                               short_attention=os.environ.get(SHORT_ATTENTION_ENV, "").strip() == "1")
         return hit
 
 

@@ -77,8 +77,11 @@ class Attention(nn.Module):
         q = self.to_q(x).view(b, n, self.heads, -1).transpose(1, 2)
         k = self.to_k(ctx).view(b, ctx.shape[1], self.heads, -1).transpose(1, 2)
         v = self.to_v(ctx).view(b, ctx.shape[1], self.heads, -1).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, -1)
+        out = self._attend(q, k, v).transpose(1, 2).reshape(b, n, -1)
         return self.to_out[0](out)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v)
 
 
 class SpatialBlock(nn.Module):
@@ -136,11 +139,26 @@ class SpatialTransformer(nn.Module):
 
 
 class TemporalAttention(Attention):
-    """Self-attention across the frames of each pixel, with the sinusoidal frame-position table `pos_encoder.pe`."""
+    """Self-attention across the frames of each pixel, with the sinusoidal frame-position table `pos_encoder.pe`.
+
+    short_kernel (set by set_short_attention): the attention through engines/latentsync/short_attention.py's
+    Triton kernel for sequences of <= 16 frames where it can run (CUDA with Triton), else torch's SDPA. Why: SDPA
+    pads the 16 frames to its 64/128-row tiles; on an H200 the kernel took 0.15 ms where SDPA took 1.05 ms for one
+    call at 64x64 latents (2026-12-03), and a UNet step makes 40 such calls."""
+
+    short_kernel = False
 
     def __init__(self, dim: int, heads: int, head_dim: int, max_len: int, position: bool):
         super().__init__(dim, heads, head_dim)
         self.pos_encoder = _PositionTable(dim, max_len) if position else None
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.short_kernel:
+            from . import short_attention as short
+
+            if q.shape[2] <= short.MAX_FRAMES and short.available(q.device):
+                return short.short_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v)
 
     def forward(self, x: torch.Tensor, frames: int) -> torch.Tensor:  # type: ignore[override]
         bf, s, c = x.shape
@@ -320,6 +338,14 @@ class LatentSyncUNet(nn.Module):
                 None if last else _Sampler(cout, False), False))
         self.conv_norm_out = nn.GroupNorm(groups, ch[0], eps=eps)
         self.conv_out = FrameConv(ch[0], self.out_channels, 3, padding=1)
+
+    def set_short_attention(self, on: bool) -> int:
+        """The motion modules' temporal attention through the short-sequence kernel (TemporalAttention) or SDPA, for
+        every later call of this UNet (eager or compiled after this); returns the modules switched."""
+        modules = [m for m in self.modules() if isinstance(m, TemporalAttention)]
+        for m in modules:
+            m.short_kernel = bool(on)
+        return len(modules)
 
     def time_embed(self, t: torch.Tensor, rows: int, dtype: torch.dtype) -> torch.Tensor:
         """The timestep embedding [rows, C] (a function of t only: computed once per denoising step)."""
