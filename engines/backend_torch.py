@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .cuda_streams import capture_stream, release_capture_stream
 from .runner import Runner, RunnerInfo
 from .spec import ModelSpec
 
@@ -43,11 +44,9 @@ class _CapturedGraph:
     def __init__(self, module: Any, example: list[Any]) -> None:
         import torch
 
-        from .cuda_streams import capture_stream
-
         self.static_inputs = [t.clone() for t in example]
         # a capture stream of this graph's own: its cuBLAS workspace is not another graph's (capture_stream)
-        stream = capture_stream(self.static_inputs[0].device if self.static_inputs else "cuda")
+        self.stream = stream = capture_stream(self.static_inputs[0].device if self.static_inputs else "cuda")
         current = torch.cuda.current_stream()
         stream.wait_stream(current)
         with torch.cuda.stream(stream), torch.inference_mode():
@@ -57,6 +56,12 @@ class _CapturedGraph:
         with torch.cuda.graph(self.graph, stream=stream), torch.inference_mode():
             self.static_outputs = module(*self.static_inputs)
         current.wait_stream(stream)
+
+    def __del__(self) -> None:
+        stream = getattr(self, "stream", None)
+        self.graph = None  # destroyed first: its stream is free only once no graph holds its workspace
+        if stream is not None:
+            release_capture_stream(stream)
 
     def __call__(self, inputs: list[Any]) -> Any:
         for static, value in zip(self.static_inputs, inputs):

@@ -153,3 +153,12 @@ def capture_stream(device: Any) -> Any:
         log.warning("[digital_human] more than 64 CUDA-graph owners on cuda:%d: some share a capture stream (and its "
                     "cuBLAS workspace); do not replay their graphs at the same time", index)
         return stream
+
+
+def release_capture_stream(stream: Any) -> None:
+    """Give back a capture_stream once every graph captured on it is destroyed (destroying them freed its cuBLAS
+    workspace; the next owner's warm-up makes a new one), so that an owner that comes and goes (an engine runner's
+    graph per input shape) does not use up the 64."""
+    with _ROLES_LOCK:
+        for taken in _CAPTURE_STREAMS.values():
+            taken.discard(getattr(stream, "cuda_stream", None))

@@ -235,3 +235,5 @@ def test_each_graph_owner_gets_a_capture_stream_of_its_own(monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="digital_human.engines"):
         extra = cuda_streams.capture_stream("cuda:0")
     assert extra is not None and "share a capture stream" in caplog.text
+    cuda_streams.release_capture_stream(owners[5])  # its graphs are gone: the next owner may have its stream
+    assert cuda_streams.capture_stream("cuda:0").cuda_stream == owners[5].cuda_stream

@@ -363,12 +363,14 @@ class FastCFM:
     Why: the estimator is ~2,000 small kernels per solve (10 steps x 14 U-Net stages), launch-bound in
     eager mode. Lengths are padded up to a multiple of `bucket` frames with mask 0 (the estimator's mask
     makes padded frames invisible to valid ones: causal convolutions look left, attention ignores masked
-    keys), so one captured graph serves every length in a bucket; graphs are kept per padded length
-    (at most `max_graphs`, least recently used dropped). Off CUDA it runs the padded solve eagerly.
+    keys), so one captured graph serves every length in a bucket; graphs are kept per padded length for the
+    solver's life (a 20-s chunk needs 18; their memory is one shared pool). None is destroyed early: since torch
+    2.11 destroying a graph frees the cuBLAS workspace of its capture stream, which the solver's other graphs
+    captured too (pytorch issue 193402). Off CUDA it runs the padded solve eagerly.
     """
 
     def __init__(self, decoder: CFMDecoder, dtype: torch.dtype = torch.float16, bucket: int = 64,
-                 cuda_graph: bool | None = None, max_graphs: int = 8, estimator: nn.Module | None = None) -> None:
+                 cuda_graph: bool | None = None, estimator: nn.Module | None = None) -> None:
         """estimator: another solver's `estimator` (the same decoder's copy in `dtype`) to use instead of making
         a copy: live mode's TTS lanes each have a solver (graphs, pool) of their own but one copy of the weights."""
         import copy
@@ -380,7 +382,6 @@ class FastCFM:
         self.noise, self.cfg_rate, self.bucket = decoder.noise, decoder.cfg_rate, int(bucket)
         device = next(self.estimator.parameters()).device
         self.use_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
-        self.max_graphs = max_graphs
         self.graphs: dict[tuple[int, int], tuple[Callable[[], None], dict[str, torch.Tensor], torch.Tensor]] = {}
         self.captures = 0   # graphs captured (prepare's, and any made while serving)
         self.prepared = 0   # frames prepare() covered (0 = none)
@@ -417,8 +418,6 @@ class FastCFM:
         if self.prepared and padded > self.prepared:
             log.warning("[digital_human] CosyVoice 2 flow: a %d-frame solve is longer than the %d frames prepared; "
                         "capturing its graph now", padded, self.prepared)
-        while len(self.graphs) >= self.max_graphs:
-            self.graphs.pop(next(iter(self.graphs)))
         self.graphs[key] = (replay, static, out)
         return self.graphs[key]
 
@@ -433,7 +432,6 @@ class FastCFM:
         device = next(self.estimator.parameters()).device
         top = min(-(-int(max_frames) // self.bucket) * self.bucket, NOISE_FRAMES)
         lengths = list(range(self.bucket, top + 1, self.bucket))
-        self.max_graphs = max(self.max_graphs, len(lengths) + 2)
         for padded in reversed(lengths):  # longest first: the shared pool is sized by the first capture
             z = torch.zeros(1, MEL_BINS, padded, device=device)
             self._graph(padded, steps, {"x": self.noise[:, :, :padded].to(z), "mu": z, "mask": torch.ones(
