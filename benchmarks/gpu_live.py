@@ -28,6 +28,12 @@ the frames decoded per second at each client, and the speech frames that came la
   python benchmarks/gpu_live.py --state state.npz --out $OUT/gpu_live.json                # GPU, full size
   python benchmarks/gpu_live.py --size reduced --device cpu --phases 1:2,2:2 --out /tmp/gl.json   # CPU smoke test
 
+On a GPU machine without network (the 2026-12-03 runs): carry the speaker state, the face photo, the face models
+folder (`digital-human setup`'s models/face) and wheels of what the image lacks (av, diffusers, importlib_metadata,
+soxr, for cp312), install the wheels with `pip install --no-index --no-deps --target /tmp/site`, and run
+`--state S.npz --face F.jpg --face-models FACE_DIR --work /tmp/fresh_dir` (`--face-models` is the face folder
+itself, linked as <work>/models/face; a reused --work keeps its old link).
+
 --tts-profile N / --face-profile N time the first TTS piece and a piece's first frame by part before the sessions
 (report["tts_profile"], report["face_profile"]); --phases none measures no sessions. Each session's TTS and face
 stages run on CUDA streams of their own (engines/cuda_streams.py); DIGITAL_HUMAN_LIVE_STREAMS=0 puts them all back
