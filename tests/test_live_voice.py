@@ -106,6 +106,27 @@ def test_cosyvoice_live_stream_first_piece_after_first_hop(cosyvoice):
     assert first.wave.size == (FIRST_HOP_TOKENS * spt if tokens(0) >= FIRST_HOP_TOKENS + 3 else tokens(0) * spt)
 
 
+def test_cosyvoice_live_stream_later_hops_grow_to_the_live_hop(cosyvoice, monkeypatch):
+    """After the first pieces the live hops double the speech sent up to LIVE_HOP_TOKENS (50: each piece re-runs the
+    flow, so fewer, longer pieces leave a shared lane more room for other sessions): 8, 8, 16, 32, 50, 50, ...
+    The LM is answered with 200 fixed tokens (this reduced random vocabulary draws stop tokens early)."""
+    import torch
+
+    from digital_human.engines.cosyvoice.engine import FIRST_HOP_TOKENS, LIVE_HOP_TOKENS
+
+    torch.set_num_threads(2)
+    engine, speaker = cosyvoice
+    rt, total = engine.runtime(), 200
+    vocab = rt.models.flow.cfg.vocab_size
+    monkeypatch.setattr(rt, "_tokens", lambda x, generator, **limits: iter([(7 * i) % vocab for i in range(total)]))
+    sizes = [p.size for p in engine.live_stream("Hello there, how are you today?", speaker)]
+    spt = sum(sizes) // total
+    hops = [n // spt for n in sizes]
+    first = FIRST_HOP_TOKENS
+    assert hops[:6] == [first, first, 2 * first, 4 * first, LIVE_HOP_TOKENS, LIVE_HOP_TOKENS], hops
+    assert sum(hops) == total and len(hops) == 7  # 8 + 8 + 16 + 32 + 50 + 50 = 164, then the last 36
+
+
 def test_flow_graphs_captured_ahead_so_none_is_captured_while_serving(cosyvoice, monkeypatch, caplog):
     """Live mode captures the flow's CUDA graphs at warm-up (FastCFM.prepare) for every length bucket a chunk may
     need: a capture while other sessions use the GPU failed on an H200 ("operation not permitted when stream is

@@ -49,6 +49,12 @@ SPECIAL_TOKENS = {
 FAST_ENV = "DIGITAL_HUMAN_COSYVOICE_FAST"  # "1": the fast path on a CUDA device (FP32 eager otherwise)
 STREAM_HOP_TOKENS = 25  # tokens per streamed piece (1 s of speech; the reference streams 25-token hops)
 FIRST_HOP_TOKENS = 8    # live mode's first piece (0.32 s of speech): its audio after 8 + pre_lookahead_len tokens
+# live mode's later hops grow to this (8, 8, 16, 32, 50, 50, ... tokens). Why not STREAM_HOP_TOKENS: each piece
+# re-runs the flow over every token so far and vocodes its part, ~90 ms on an H200 whatever the hop (2026-12-03:
+# flow 66 + HiFT 26 ms for a first piece), so 25-token hops cost ~125 ms of one lane per second of speech and 8
+# speaking sessions need all of it; 50-token hops ~80 ms. The first pieces, hence the latency, are unchanged, and
+# by the 5th piece 2.6 s of speech are already sent, so a 2-s hop is never waited for.
+LIVE_HOP_TOKENS = 50
 HIFT_CONTEXT_FRAMES = 8  # mel frames of left context re-vocoded for each streamed piece (then dropped)
 
 
@@ -351,7 +357,7 @@ class CosyVoice2Runtime:
 
         def hop() -> int:
             """Tokens before the next piece. After a short first piece the hops grow (the tokens sent so far, up to
-            hop_tokens): 8, 8, 16, 25, ... - the second piece must come before the first has been played, and a
+            hop_tokens): 8, 8, 16, 25, ... (live: 8, 8, 16, 32, 50, ...) - the second piece must come before the first has been played, and a
             whole hop_tokens after a 0.32-s first piece would leave the talking head waiting."""
             if not sent:
                 return first
@@ -454,7 +460,7 @@ class CosyVoice2Engine:
         return out
 
     def live_stream(self, text: str, speaker: Any, language: str = "auto", seed: int = 0,
-                    first_hop_tokens: int = FIRST_HOP_TOKENS, hop_tokens: int = STREAM_HOP_TOKENS,
+                    first_hop_tokens: int = FIRST_HOP_TOKENS, hop_tokens: int = LIVE_HOP_TOKENS,
                     limits: Any = None, lane: int = 0) -> Iterator[np.ndarray]:
         """Live mode: each chunk's audio streamed while its LM runs (speak_stream), the first piece after
         `first_hop_tokens` speech tokens, later ones every `hop_tokens`; a chunk's pause leads the next chunk's first piece.
