@@ -56,8 +56,9 @@ def check_tts_lanes(lanes: int, cuda: bool = False) -> int:
     """`lanes` if it is a lane count `serve --tts-lanes` takes, else one error naming the option and the fix.
     cuda: the voice runs on a CUDA GPU, where more than one lane is refused unless LANES_CUDA_ENV is 1. Why: on an
     H200 (2026-12-03, benchmarks/RESULTS_live.md) 4 lanes under 8 sessions voiced nothing for 190 s, each lane's
-    thread waiting on its stream's GPU work, and two lanes at once gave other audio than each alone; the cause is
-    not found, so a server would hang instead of serving."""
+    thread waiting on its stream's GPU work, and two lanes at once gave other audio than each alone. The likely cause
+    (every lane's graphs captured on one stream, sharing cuBLAS's workspace: cuda_streams.capture_stream) is fixed
+    but not re-run on a GPU; until it is, a server could hang instead of serving."""
     if not 1 <= int(lanes) <= MAX_TTS_LANES:
         raise ValueError(f"--tts-lanes must be 1 to {MAX_TTS_LANES}, got {lanes} (at least 1: with 1, sessions take "
                          "turns on one lane)")
