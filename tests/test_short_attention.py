@@ -3,12 +3,11 @@ F.scaled_dot_product_attention, on inputs made the way the UNet's Attention.forw
 views of [b, n, heads * D]), and its output layout ([B, F, H, D] memory, so the caller's transpose+reshape
 is a view).
 
-Kernel tests need Triton: on a CUDA machine they run the compiled kernel; elsewhere they run Triton's CPU
-interpreter (TRITON_INTERPRET=1, set by the `kernel_device` fixture before triton is first imported and before
-the module JITs its kernel, which it does lazily on first use, and unset again afterwards, so no other test
-module's code runs interpreted). Without Triton (CI) they skip, and the rest checks what CI must: the torch
-reference path, the custom op's fake (torch.compile / inductor on CPU), the F > 16 refusal, and that the
-module imports without Triton.
+Kernel tests need Triton: on a CUDA machine they run the compiled kernel; on the CPU they run under Triton's
+interpreter in a fresh pytest process started with TRITON_INTERPRET=1 (test_kernel_tests_under_the_interpreter), so
+no other test's code runs interpreted and no earlier import of triton decides the mode. Without Triton they skip;
+the rest needs no Triton: the torch reference path, the custom op's fake (torch.compile / inductor on CPU), the
+F > 16 refusal, and that the module imports without Triton.
 """
 from __future__ import annotations
 
@@ -59,16 +58,36 @@ def _assert_layout(out: torch.Tensor, b: int, heads: int, frames: int, d: int) -
 # --------------------------------------------------------------------------------------------------------------
 # Kernel (Triton: compiled on CUDA, interpreted on CPU)
 
+# Triton decides at its import whether @triton.jit functions (its own tl.max too) are interpreted, and other tests of a
+# run import it first (torch.compile's inductor does): so on the CPU the kernel tests run in a fresh process started
+# with TRITON_INTERPRET=1 (test_kernel_tests_under_the_interpreter), and here only in that process or on CUDA.
+STARTED_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
 @pytest.fixture
-def kernel_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    interpret = os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available()
-    if interpret:
-        # before `import triton` below and before the module's first (cached) triton.jit of the kernel
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+def kernel_device() -> Iterator[str]:
+    if not STARTED_INTERPRETED and not torch.cuda.is_available():
+        pytest.skip("on the CPU these run in a fresh process under Triton's interpreter "
+                    "(test_kernel_tests_under_the_interpreter)")
     pytest.importorskip("triton", reason="Triton not installed: the kernel tests need it (CPU interpreter or CUDA)")
-    if interpret and sa._triton.cache_info().currsize and not type(sa._triton()).__name__.startswith("Interpreted"):
-        pytest.skip("the kernel was already JIT-compiled without TRITON_INTERPRET in this process")
-    yield "cpu" if interpret else "cuda"
+    yield "cpu" if STARTED_INTERPRETED else "cuda"
+
+
+def test_kernel_tests_under_the_interpreter() -> None:
+    """This file's kernel tests in a fresh pytest process with TRITON_INTERPRET=1 (the CPU's way to run the kernel)."""
+    import importlib.util
+
+    if STARTED_INTERPRETED or torch.cuda.is_available():
+        pytest.skip("this process runs the kernel tests itself")
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("Triton not installed: the kernel tests need it (CPU interpreter or CUDA)")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)),
+                           "-k", "kernel and not under_the_interpreter"], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, TRITON_INTERPRET="1"), timeout=900)
+    tail = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
