@@ -563,6 +563,7 @@ def server_main(args: argparse.Namespace) -> None:
     save()
     manager = SessionManager(face, voice, max_sessions=max_sessions)
     report["opencv_threads"] = manager.opencv_threads
+    report["switch_interval_ms"] = manager.switch_interval_ms
     server = RunningServer(LiveServer(manager))
     start = time.perf_counter()
     try:

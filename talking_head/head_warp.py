@@ -57,7 +57,6 @@ UPPER_SKIP, LOWER_SKIP = 0.1, 0.35
 HEAD_R1, HEAD_R2 = 1.25, 1.9  # weight 1 inside this many face-oval radii, 0 outside the second
 NECK_PIVOT = 0.35      # roll / scale pivot below the chin, in face heights (forehead 10 -> chin 152)
 EDGE_FADE = 0.04       # the weight reaches 0 this share of the frame's short side from its edges
-BAND_ROWS = 32         # the warp maps and resamples the region in bands of this many rows (cache-sized)
 
 
 def _smoothstep(x: np.ndarray) -> np.ndarray:
@@ -228,27 +227,26 @@ class HeadMotion:
             x0, y0, x1, y1 = e.box
             self._changed[max(y0 - rows.start, 0):max(y1 - rows.start, 0),
                           max(x0 - cols.start, 0):max(x1 - cols.start, 0)] = True
-        # frame i's backward map in the region's pixel indices (what cv2.remap takes) is a small product per
-        # band of BAND_ROWS rows (`_band_maps`): index + w (T_i^-1 - I) [X, Y, 1] = index + coef_i [2, 3] .
-        # [w X, w Y, w], with the weight w evaluated exactly per pixel once per photo. Where w = 0 the
-        # map is exactly the pixel's own index (zero terms add nothing), which the bicubic remap returns bit
-        # for bit: a band is written whole. Only each band's span of changed columns is mapped and resampled
-        # (the head is an ellipse in its box); a band's maps and resampled pixels stay in the cache
-        self._spans = _row_band_spans(self._changed, BAND_ROWS)
-        basis = np.stack([weight * xx, weight * yy, weight])
-        self._bands = [np.ascontiguousarray(basis[:, r0:r1, c0:c1], np.float32) for r0, r1, c0, c1 in self._spans]
+        # frame i's backward map in the region's pixel indices (what cv2.remap takes) is one small product
+        # (`_region_maps`): index + w (T_i^-1 - I) [X, Y, 1] = index + coef_i [2, 3] . [w X, w Y, w], with the
+        # weight w evaluated exactly per pixel once per photo. Where w = 0 the map is exactly the pixel's own
+        # index (zero terms add nothing), which the bicubic remap returns bit for bit. The whole region is
+        # mapped and resampled in one call each, not in bands of rows: every numpy/OpenCV call gives the
+        # interpreter lock up and must win it back, and a live server's other threads (TTS, encoders) hold it
+        # meanwhile; 16 bands were ~80 such hand-offs a frame (benchmarks/RESULTS.md, "head motion")
+        self._basis = np.ascontiguousarray(np.stack([weight * xx, weight * yy, weight]), np.float32)
         self._cols, self._rows = (np.arange(n, dtype=np.float32) for n in xx.shape[::-1])  # region indices
         self._local = threading.local()  # per thread: the buffers a frame's warp writes (`_work`)
 
     def _work(self) -> dict[str, np.ndarray]:
         """This thread's buffers for one frame's warp, made once: fresh arrays every frame cost more (page
-        faults, cache misses) than the arithmetic in them. Flat; a band uses a prefix."""
+        faults, cache misses) than the arithmetic in them."""
         work = getattr(self._local, "work", None)
         if work is None:
             rows, cols = self.region
-            px = max((b.shape[1] * b.shape[2] for b in self._bands), default=1)
-            work = self._local.work = {"src": np.empty((rows.stop - rows.start, cols.stop - cols.start, 3), np.float32),
-                                       "maps": np.empty(2 * px, np.float32), "block": np.empty(3 * px, np.float32)}
+            h, w = rows.stop - rows.start, cols.stop - cols.start
+            work = self._local.work = {"src": np.empty((h, w, 3), np.float32), "maps": np.empty((2, h, w), np.float32),
+                                       "block": np.empty(3 * h * w, np.float32)}
         return work
 
     # --- geometry ---------------------------------------------------------------------------------
@@ -284,29 +282,22 @@ class HeadMotion:
         inv = np.linalg.inv(np.vstack([self.pose(i), [0, 0, 1]]))[:2]
         return (inv - np.eye(2, 3)).astype(np.float32)
 
-    def _band_maps(self, coef: np.ndarray, k: int, out: np.ndarray | None = None) -> np.ndarray:
-        """float32 [2, rows, cols]: band k's backward maps (region pixel indices; x, y), into `out` (flat) when
-        given. einsum's own loops, not BLAS: a threaded BLAS would spin threads for this thin product."""
-        band = self._bands[k]
-        r0, r1, c0, c1 = self._spans[k]
-        if out is not None:
-            out = out[:2 * band.shape[1] * band.shape[2]].reshape(2, *band.shape[1:])
-        out = np.einsum("ij,jrc->irc", coef, band, out=out, optimize=False)
-        out[0] += self._cols[c0:c1]  # + each pixel's own index: exact where the weight is 0
-        out[1] += self._rows[r0:r1, None]
+    def _region_maps(self, coef: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 [2, h, w]: the region's backward maps (region pixel indices; x, y) for `coef` (`_coef`), into
+        `out` when given. einsum's own loops, not BLAS: a threaded BLAS would spin threads for this thin product."""
+        out = np.einsum("ij,jrc->irc", coef, self._basis, out=out, optimize=False)
+        out[0] += self._cols  # + each pixel's own index: exact where the weight is 0
+        out[1] += self._rows[:, None]
         return out
 
     def _maps(self, i: int) -> tuple[np.ndarray, np.ndarray, list]:
         """Backward maps of frame i over the whole region, in the region's pixel indices (float32 [h, w]: x,
-        y; the bands' maps, each pixel's own index elsewhere), and per eye (rows, cols, u, v): the region's
+        y; each pixel's own index where the head does not move it), and per eye (rows, cols, u, v): the region's
         pixels near the eye in the eye's reference frame (for the lid shading)."""
         rows, cols = self.region
         h, w = rows.stop - rows.start, cols.stop - cols.start
         xi, yi = np.arange(w, dtype=np.float32)[None], np.arange(h, dtype=np.float32)[:, None]
-        mx, my = np.repeat(xi, h, 0), np.repeat(yi, w, 1)
-        coef = self._coef(i)
-        for k, (r0, r1, c0, c1) in enumerate(self._spans):
-            mx[r0:r1, c0:c1], my[r0:r1, c0:c1] = self._band_maps(coef, k)
+        mx, my = self._region_maps(self._coef(i))
         closure = float(self.motion.blink[i])
         near: list = []
         if closure > 0:
@@ -349,14 +340,11 @@ class HeadMotion:
             work = self._work()
             np.copyto(work["src"], box)
             closure = float(self.motion.blink[i])
-            if closure > 0:  # a blink: the whole region's maps, the lids' field in them
+            if closure > 0:  # a blink: the lids' field in the maps
                 mx, my, near = self._maps(i)
-                maps = ((mx[a:b, c:d], my[a:b, c:d]) for a, b, c, d in self._spans)
             else:
-                coef, near = self._coef(i), []
-                maps = (self._band_maps(coef, k, work["maps"]) for k in range(len(self._spans)))
-            for (a, b, c, d), (bx, by) in zip(self._spans, maps):
-                _remap_into(box[a:b, c:d], work["src"], bx, by, work)
+                (mx, my), near = self._region_maps(self._coef(i), work["maps"]), []
+            _remap_into(box, work["src"], mx, my, work)
             for e, (sy, sx, u, v) in zip(self.eyes, near):
                 e.shade(box[sy, sx], u, v, closure)
 
@@ -381,18 +369,6 @@ class HeadMotion:
             p = p + w * (p @ t[:, :2].T + t[:, 2] - p)
             out[j, :, :2] = p
         return out
-
-
-def _row_band_spans(changed: np.ndarray, band: int = 16) -> list[tuple[int, int, int, int]]:
-    """(row0, row1, col0, col1) per band of `band` rows: the columns holding its changed pixels (the head
-    is an ellipse in its box: ~17 % of the box lies outside every 32-row band's span and is never
-    resampled)."""
-    spans = []
-    for r in range(0, changed.shape[0], band):
-        cols = np.flatnonzero(changed[r:r + band].any(axis=0))
-        if cols.size:
-            spans.append((r, min(r + band, changed.shape[0]), int(cols[0]), int(cols[-1]) + 1))
-    return spans
 
 
 def _remap_into(dst: np.ndarray, srcf: np.ndarray, map_x: np.ndarray, map_y: np.ndarray,

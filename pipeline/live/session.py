@@ -29,6 +29,7 @@ PIECE_QUEUE = 2             # TTS pieces made ahead of the talking head
 FRAME_QUEUE = 8             # frames made ahead of the clock (0.32 s at 25 fps): the most an interrupt could show
 MAX_CATCH_UP_S = 0.5        # a clock later than this (a stalled host) skips wall time, never media time
 OPENCV_THREADS_ENV = "DIGITAL_HUMAN_LIVE_OPENCV_THREADS"  # OpenCV's threads in a live server (default 1)
+SWITCH_INTERVAL_ENV = "DIGITAL_HUMAN_LIVE_SWITCH_INTERVAL_MS"  # the interpreter's switch interval (default 0.5)
 
 
 def live_opencv_threads() -> int:
@@ -51,6 +52,28 @@ def live_opencv_threads() -> int:
         raise ValueError(f"{OPENCV_THREADS_ENV}={raw!r}: give a whole number of threads (1 = one per call)") from None
     cv2.setNumThreads(threads)
     return int(cv2.getNumThreads())
+
+
+def live_switch_interval() -> float:
+    """Set the interpreter's thread switch interval for a live server (process-wide) and return it in ms: 0.5
+    unless SWITCH_INTERVAL_ENV says otherwise (Python's default is 5). Why: the sessions' threads mostly wait in
+    numpy, OpenCV and CUDA calls that let the interpreter lock go; each must win it back from whichever thread
+    runs Python meanwhile (the TTS loop, the server), and with the default a waiter can lose up to 5 ms each
+    time. Measured on 2 cores (8 threads warping 512-px frames beside one busy Python thread): 148 frames/s at
+    5 ms, 231 at 0.5 ms, 235 with no busy thread (benchmarks/RESULTS.md, "head motion")."""
+    import os
+    import sys
+
+    raw = os.environ.get(SWITCH_INTERVAL_ENV, "").strip() or "0.5"
+    try:
+        ms = float(raw)
+        if not 0 < ms <= 100:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{SWITCH_INTERVAL_ENV}={raw!r}: give milliseconds between 0 and 100 (0.5 by default, "
+                         "Python's own 5)") from None
+    sys.setswitchinterval(ms / 1000.0)
+    return round(sys.getswitchinterval() * 1000.0, 3)
 
 
 class SessionError(ValueError):
@@ -317,6 +340,7 @@ class SessionManager:
     def __init__(self, face: Any, voice: Any, max_sessions: int = 4) -> None:
         self.face, self.voice, self.max_sessions = face, voice, max(1, int(max_sessions))
         self.opencv_threads = live_opencv_threads()
+        self.switch_interval_ms = live_switch_interval()
         self.metrics = StageMetrics()
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
