@@ -35,6 +35,8 @@ from ..vision import align as _align
 from ..vision.paste import FACE_OVAL
 from .idle_motion import IdleMotion
 
+STRIP_PIXELS = 1 << 20  # the warp maps and resamples at most this many region pixels a call (a 512-px head: one)
+
 # MediaPipe face-mesh lids, corner to corner (checked on the sample photos: 159/145 and 386/374 are
 # the upper / lower lid midpoints of the subject's right / left eye)
 RIGHT_EYE = {"corners": (33, 133), "upper": (246, 161, 160, 159, 158, 157, 173),
@@ -233,9 +235,12 @@ class HeadMotion:
         # index (zero terms add nothing), which the bicubic remap returns bit for bit. The whole region is
         # mapped and resampled in one call each, not in bands of rows: every numpy/OpenCV call gives the
         # interpreter lock up and must win it back, and a live server's other threads (TTS, encoders) hold it
-        # meanwhile; 16 bands were ~80 such hand-offs a frame (benchmarks/RESULTS.md, "head motion")
+        # meanwhile; 16 bands were ~80 such hand-offs a frame (benchmarks/RESULTS_live.md, "head motion"). A region
+        # over STRIP_PIXELS (a large photo's head) goes in strips of whole rows: bounded buffers per thread
         self._basis = np.ascontiguousarray(np.stack([weight * xx, weight * yy, weight]), np.float32)
         self._cols, self._rows = (np.arange(n, dtype=np.float32) for n in xx.shape[::-1])  # region indices
+        strip = max(1, STRIP_PIXELS // max(1, xx.shape[1]))
+        self._strips = [(r, min(r + strip, xx.shape[0])) for r in range(0, xx.shape[0], strip)]
         self._local = threading.local()  # per thread: the buffers a frame's warp writes (`_work`)
 
     def _work(self) -> dict[str, np.ndarray]:
@@ -245,8 +250,10 @@ class HeadMotion:
         if work is None:
             rows, cols = self.region
             h, w = rows.stop - rows.start, cols.stop - cols.start
-            work = self._local.work = {"src": np.empty((h, w, 3), np.float32), "maps": np.empty((2, h, w), np.float32),
-                                       "block": np.empty(3 * h * w, np.float32)}
+            strip = max(r1 - r0 for r0, r1 in self._strips)
+            work = self._local.work = {"src": np.empty((h, w, 3), np.float32),
+                                       "maps": np.empty((2, strip, w), np.float32),
+                                       "block": np.empty(3 * strip * w, np.float32)}
         return work
 
     # --- geometry ---------------------------------------------------------------------------------
@@ -282,12 +289,17 @@ class HeadMotion:
         inv = np.linalg.inv(np.vstack([self.pose(i), [0, 0, 1]]))[:2]
         return (inv - np.eye(2, 3)).astype(np.float32)
 
-    def _region_maps(self, coef: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """float32 [2, h, w]: the region's backward maps (region pixel indices; x, y) for `coef` (`_coef`), into
-        `out` when given. einsum's own loops, not BLAS: a threaded BLAS would spin threads for this thin product."""
-        out = np.einsum("ij,jrc->irc", coef, self._basis, out=out, optimize=False)
+    def _region_maps(self, coef: np.ndarray, r0: int = 0, r1: int | None = None,
+                     out: np.ndarray | None = None) -> np.ndarray:
+        """float32 [2, r1 - r0, w]: the backward maps (region pixel indices; x, y) of the region's rows r0:r1 for
+        `coef` (`_coef`), into `out` (a buffer of at least as many rows) when given. einsum's own loops, not BLAS:
+        a threaded BLAS would spin threads for this thin product."""
+        basis = self._basis[:, r0:r1]
+        if out is not None:
+            out = out[:, :basis.shape[1]]
+        out = np.einsum("ij,jrc->irc", coef, basis, out=out, optimize=False)
         out[0] += self._cols  # + each pixel's own index: exact where the weight is 0
-        out[1] += self._rows[:, None]
+        out[1] += self._rows[r0:r1, None]
         return out
 
     def _maps(self, i: int) -> tuple[np.ndarray, np.ndarray, list]:
@@ -342,9 +354,13 @@ class HeadMotion:
             closure = float(self.motion.blink[i])
             if closure > 0:  # a blink: the lids' field in the maps
                 mx, my, near = self._maps(i)
+                for a, b in self._strips:
+                    _remap_into(box[a:b], work["src"], mx[a:b], my[a:b], work)
             else:
-                (mx, my), near = self._region_maps(self._coef(i), work["maps"]), []
-            _remap_into(box, work["src"], mx, my, work)
+                coef, near = self._coef(i), []
+                for a, b in self._strips:
+                    sx, sy = self._region_maps(coef, a, b, work["maps"])
+                    _remap_into(box[a:b], work["src"], sx, sy, work)
             for e, (sy, sx, u, v) in zip(self.eyes, near):
                 e.shade(box[sy, sx], u, v, closure)
 
