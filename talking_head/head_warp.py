@@ -235,7 +235,7 @@ class HeadMotion:
         # index (zero terms add nothing), which the bicubic remap returns bit for bit. The whole region is
         # mapped and resampled in one call each, not in bands of rows: every numpy/OpenCV call gives the
         # interpreter lock up and must win it back, and a live server's other threads (TTS, encoders) hold it
-        # meanwhile; 16 bands were ~80 such hand-offs a frame (benchmarks/RESULTS_live.md, "head motion"). A region
+        # meanwhile; 16 bands were ~80 such hand-offs a frame (benchmarks/RESULTS_live.md, 2026-12-03 21:13). A region
         # over STRIP_PIXELS (a large photo's head) goes in strips of whole rows: bounded buffers per thread
         self._basis = np.ascontiguousarray(np.stack([weight * xx, weight * yy, weight]), np.float32)
         self._cols, self._rows = (np.arange(n, dtype=np.float32) for n in xx.shape[::-1])  # region indices

@@ -59,8 +59,9 @@ def live_switch_interval() -> float:
     unless SWITCH_INTERVAL_ENV says otherwise (Python's default is 5). Why: the sessions' threads mostly wait in
     numpy, OpenCV and CUDA calls that let the interpreter lock go; each must win it back from whichever thread
     runs Python meanwhile (the TTS loop, the server), and with the default a waiter can lose up to 5 ms each
-    time. Measured on 2 cores (8 threads warping 512-px frames beside one busy Python thread): 148 frames/s at
-    5 ms, 231 at 0.5 ms, 235 with no busy thread (benchmarks/RESULTS.md, "head motion")."""
+    time. Measured on 2 cores (benchmarks/head_warp_threads.py: 8 threads warping 512-px frames beside one busy
+    Python thread): 152 frames/s at 5 ms, 275 at 0.5 ms, 314 with no busy thread (benchmarks/RESULTS_live.md,
+    2026-12-03 21:13)."""
     import os
     import sys
 

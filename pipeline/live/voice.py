@@ -54,18 +54,20 @@ LANES_CUDA_ENV = "DIGITAL_HUMAN_TTS_LANES_CUDA"  # "1": let --tts-lanes above 1 
 
 def check_tts_lanes(lanes: int, cuda: bool = False) -> int:
     """`lanes` if it is a lane count `serve --tts-lanes` takes, else one error naming the option and the fix.
-    cuda: the voice runs on a CUDA GPU, where more than one lane is refused unless LANES_CUDA_ENV is 1. Why: on an
-    H200 (2026-12-03, benchmarks/RESULTS_live.md) 4 lanes under 8 sessions voiced nothing for 190 s, each lane's
-    thread waiting on its stream's GPU work, and two lanes at once gave other audio than each alone. The likely cause
-    (every lane's graphs captured on one stream, sharing cuBLAS's workspace: cuda_streams.capture_stream) is fixed
-    but not re-run on a GPU; until it is, a server could hang instead of serving."""
+    cuda: the voice runs on a CUDA GPU, where more than one lane is refused unless LANES_CUDA_ENV is 1. Why (H200,
+    benchmarks/RESULTS_live.md): at 17:21 on 2026-12-03, 4 lanes under 8 sessions voiced nothing for 190 s and two
+    lanes at once gave other audio than each alone (max diff 1.98): every lane's graphs had been captured on one
+    stream, sharing cuBLAS's workspace. With a capture stream per graph owner (cuda_streams.capture_stream) the
+    re-run at 21:13 came within 0.012 of each lane alone, but two lanes at once took as long as the two one after
+    the other (overlap 1.02): on that machine lanes add no capacity, only graphs and memory."""
     if not 1 <= int(lanes) <= MAX_TTS_LANES:
         raise ValueError(f"--tts-lanes must be 1 to {MAX_TTS_LANES}, got {lanes} (at least 1: with 1, sessions take "
                          "turns on one lane)")
     if int(lanes) > 1 and cuda and os.environ.get(LANES_CUDA_ENV, "").strip() != "1":
-        raise ValueError(f"--tts-lanes {lanes} is turned off on a CUDA GPU: in the last GPU test several lanes stopped "
-                         "every session's speech (docs/live.md); use --tts-lanes 1 (sessions take turns on one lane, "
-                         f"the first pieces first), or set {LANES_CUDA_ENV}=1 to try lanes anyway")
+        raise ValueError(f"--tts-lanes {lanes} is turned off on a CUDA GPU: on the H200 two lanes at once ran no faster "
+                         "than one after the other, and their audio differed a little from each alone (docs/live.md); "
+                         "use --tts-lanes 1 (sessions take turns on one lane, the first pieces first), or set "
+                         f"{LANES_CUDA_ENV}=1 to try lanes anyway")
     return int(lanes)
 
 
