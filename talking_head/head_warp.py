@@ -359,8 +359,8 @@ class HeadMotion:
             else:
                 coef, near = self._coef(i), []
                 for a, b in self._strips:
-                    sx, sy = self._region_maps(coef, a, b, work["maps"])
-                    _remap_into(box[a:b], work["src"], sx, sy, work)
+                    map_x, map_y = self._region_maps(coef, a, b, work["maps"])
+                    _remap_into(box[a:b], work["src"], map_x, map_y, work)
             for e, (sy, sx, u, v) in zip(self.eyes, near):
                 e.shade(box[sy, sx], u, v, closure)
 

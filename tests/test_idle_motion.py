@@ -195,9 +195,10 @@ def _reference_warp(head, frames, maps_of):
 
 
 def test_warp_equals_a_whole_box_bicubic_remap_kept_to_the_head(photo_track, speech):
-    """The warp maps and resamples only the head's row bands, in float32, from per-band buffers, and relies
-    on exact pixel-index maps elsewhere: the frames (blinks included) must equal a plain uint8 bicubic remap
-    of the whole box with the same maps, copied back only where the head weight (or an eye) may change."""
+    """The warp maps and resamples the head's region in float32, from per-thread buffers, and relies on exact
+    pixel-index maps where the head does not move: the frames (blinks included) must equal a plain uint8
+    bicubic remap of the whole box with the same maps, copied back only where the head weight (or an eye) may
+    change."""
     head, frames = _warp_setup(photo_track, speech)
     assert (head.motion.blink > 0).any() and not (head.motion.blink > 0).all()  # both kinds of frame
     got = head.apply(frames.copy(), 0)
@@ -206,7 +207,7 @@ def test_warp_equals_a_whole_box_bicubic_remap_kept_to_the_head(photo_track, spe
 
 def test_warp_within_a_level_or_two_of_the_coarse_grid_maps(photo_track, speech):
     """The head map was the weight sampled every 4 px and upsampled (bilinear) with the affine displacement;
-    it is now exact at every pixel (one small product per band). The frames moved by at most 2 levels, on
+    it is now exact at every pixel (one small product over the region). The frames moved by at most 2 levels, on
     well under 1% of the head's pixels (the photo itself, not the textured box: its 255-level edges every 7
     rows are far sharper than a real head's)."""
     import cv2
@@ -236,6 +237,21 @@ def test_warp_within_a_level_or_two_of_the_coarse_grid_maps(photo_track, speech)
     diff = np.abs(got.astype(int) - before)[:, rows, cols][:, head._changed]
     print("vs coarse maps: max", diff.max(), "share > 0", (diff > 0).mean())
     assert diff.max() <= 2 and (diff > 0).mean() < 0.01
+
+
+def test_warp_in_strips_gives_the_same_frames(photo_track, speech, monkeypatch):
+    """A region over STRIP_PIXELS (a large photo's head) is warped in strips of whole rows, with buffers of one
+    strip: the same frames, blinks included, as in one call."""
+    from digital_human.talking_head import head_warp
+
+    head, frames = _warp_setup(photo_track, speech)
+    whole = head.apply(frames.copy(), 0)
+    assert len(head._strips) == 1
+    monkeypatch.setattr(head_warp, "STRIP_PIXELS", 3000)
+    strips, _ = _warp_setup(photo_track, speech)
+    assert len(strips._strips) > 5
+    assert strips._work()["maps"].shape[1] < (head.region[0].stop - head.region[0].start) / 5
+    np.testing.assert_array_equal(strips.apply(frames.copy(), 0), whole)
 
 
 def test_warp_threads_give_the_same_frames(photo_track, speech, monkeypatch):
