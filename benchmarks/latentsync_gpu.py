@@ -24,6 +24,9 @@ Sections, each written to the JSON as it finishes (a later failure keeps the ear
 - reference, pack eager, pack fast path: frames/s, peak GPU memory, the largest difference of the outputs on
   the same draws; FP16 noise: the pack's eager FP32 window (TF32 off) against its FP16 one, the yardstick for
   "equal within FP16 noise";
+- short_eager (after eager and fp32): the eager FP16 windows again with the short-sequence temporal attention
+  kernel on (engines/latentsync/short_attention.py), their largest difference from the SDPA windows and from FP32,
+  and one UNet step timed each way (no compile);
 - DeepCache-style mode (cache interval 3 and 2; after the memory section) on the fast path: frames/s and its difference from the exact
   frames in 8-bit levels;
 - memory (--memory-steps DDIM steps; peak memory does not depend on the step count: each step allocates and
@@ -226,7 +229,8 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=3, help="windows per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of the fast path")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,fast,profile,whole,memory,graph,deepcache,variants")
+    ap.add_argument("--sections", default="levers,attn,reference,eager,fp32,short_eager,fast,profile,whole,memory,graph,"
+                                          "deepcache,variants")
     ap.add_argument("--deepcache", default="3,2", help="cache intervals of the DeepCache-style section")
     ap.add_argument("--variants", default="cudnn", help="SDPA backends tried first by the variants section, and "
                     "'short' (the short-sequence temporal attention kernel)")
@@ -575,6 +579,28 @@ def main() -> None:
         rep["fp16_eager_vs_fp32_first_window"] = _diff(outs[base][:1], out32)
         del net32
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
+
+    @section("short_eager")
+    def _short_eager():
+        """The short-sequence temporal attention kernel in the eager FP16 pipeline (no compile: seconds, not
+        minutes): the same windows and draws as the eager section with the kernel on, their largest difference
+        from the SDPA windows and (with the fp32 section) from FP32, and one UNet step timed each way."""
+        if "eager" not in outs:
+            raise RuntimeError("needs the eager section (the SDPA windows to compare with)")
+        out: dict = {"sdpa_step_ms": time_step(unet)}
+        rep["short_eager"] = out
+        out["modules"] = unet.set_short_attention(True)
+        try:
+            out["short_step_ms"] = time_step(unet)
+            pipe = LatentSyncPipeline(net, steps=args.steps)
+            times, short = run_pack(pipe, args.windows)
+            out["window_s"] = times
+            out["vs_eager_sdpa"] = _diff(short, outs["eager"])
+            if "fp32" in outs:
+                out["vs_fp32_first_window"] = _diff(short[:1], outs["fp32"])
+                out["eager_sdpa_vs_fp32_first_window"] = rep.get("fp16_eager_vs_fp32_first_window")
+        finally:
+            unet.set_short_attention(False)
 
     fast_pipe: dict = {}
 
