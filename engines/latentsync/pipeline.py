@@ -258,9 +258,23 @@ class FastPath:
 
 MOMENTS_KEPT = 512  # VAE posterior moments kept per pipeline: 256 reference frames x (masked, reference)
 GRAPHS_ENV = "DIGITAL_HUMAN_LATENTSYNC_GRAPHS"  # "1": the compiled steps replayed from CUDA graphs (off until measured)
-# "1": the motion modules' temporal attention through engines/latentsync/short_attention.py's kernel (off until a
-# whole-step GPU run measures it: the kernel alone was 5.5-7x SDPA's speed on an H200, 2026-12-03)
+# The fast path's motion modules' temporal attention through engines/latentsync/short_attention.py's kernel: "1" on,
+# "0" off, unset: on wherever the Triton kernel runs (CUDA with Triton). Measured on an H200 (2026-12-03,
+# benchmarks/RESULTS.md): the eager step 175.7 -> 162.4 ms, 20-step windows within 1.12 of 255 levels of SDPA's
+# (FP16 against FP32 differs by up to 350 there), and the compiled pipeline with graphs 1.87x the reference.
 SHORT_ATTENTION_ENV = "DIGITAL_HUMAN_LATENTSYNC_SHORT_ATTENTION"
+
+
+def short_attention_wanted(device: torch.device | str) -> bool:
+    """Whether the fast path sends the temporal attention to the short-sequence kernel (SHORT_ATTENTION_ENV, else
+    whether the kernel can run on `device`). A value other than 1 or 0 is refused naming the variable."""
+    from . import short_attention
+
+    raw = os.environ.get(SHORT_ATTENTION_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{SHORT_ATTENTION_ENV}={raw!r}: give 1 (the short-attention kernel) or 0 (SDPA); unset "
+                         "uses the kernel where Triton and CUDA are there")
+    return raw == "1" or (raw == "" and short_attention.available(device))
 GRAPHED = ("step", "step_reuse")   # called every DDIM step; the VAE's functions run once or twice a window
 
 
@@ -298,9 +312,13 @@ def fast_path(net: Networks, cfg: bool) -> FastPath:
     with _CACHE_LOCK:
         hit = net.compiled.get(key)
         if hit is None:
+            short = short_attention_wanted(net.device)
             hit = net.compiled[key] = FastPath(net, 1 if cfg else 0,
                                                graphs=os.environ.get(GRAPHS_ENV, "").strip() == "1",
-                                               short_attention=os.environ.get(SHORT_ATTENTION_ENV, "").strip() == "1")
+                                               short_attention=short)
+            log.info("LatentSync fast path: the motion modules' temporal attention through %s (%s)",
+                     "the short-sequence Triton kernel" if short else "SDPA",
+                     f"{SHORT_ATTENTION_ENV}=0 for SDPA" if short else f"{SHORT_ATTENTION_ENV}=1 needs Triton on CUDA")
         return hit
 
 
