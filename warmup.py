@@ -23,6 +23,19 @@ _STARTED: list[threading.Thread] = []
 _STOP = threading.Event()  # set by wait_for_warmup: what has not started yet is skipped
 
 
+def _import_scipy_stats() -> None:
+    """Import scipy.stats whole before the warm-up imports torch. Why: scipy.stats builds its docs at import, and its
+    array-API checks read sys.modules["torch"]; with torch half-imported on the warm-up thread, the main thread's
+    librosa -> scipy.signal -> scipy.stats import failed with "partially initialized module 'torch' has no attribute
+    'Tensor'" (README's first command, 2026-12-03, the first run after setup). On the calling thread, not the
+    warm-up's: two threads importing parts of scipy at once fail too (KeyError 'scipy', seen here). ~0.7 s on
+    2 cores, which the run needs anyway (librosa)."""
+    try:
+        import scipy.stats  # noqa: F401
+    except ImportError:  # librosa brings scipy; without it there is nothing to race
+        pass
+
+
 def start_warmup(tts_backend: str | None = None) -> threading.Thread:
     """Start the warm-up thread: import torch; with `tts_backend`, also load Kokoro's session on it."""
 
@@ -36,6 +49,7 @@ def start_warmup(tts_backend: str | None = None) -> threading.Thread:
                 # without it (and the loader asks torch about CUDA only where a GPU driver exists). The same
                 # spec, backend and precision as voice.tts.synthesize_speech asks for.
                 loader.get(kokoro_model_spec("fp32"), backend=tts_backend, precision="auto", stage="voice")
+            scipy_imported.wait()  # torch only once scipy.stats is whole (_import_scipy_stats)
             if not _STOP.is_set():  # a run that already ended (a bad input) does not wait for torch
                 import torch  # noqa: F401  (then: the AUDIO dicts and the talking-head path need it)
         except Exception as exc:  # the main path meets the same problem and says it properly
@@ -43,9 +57,14 @@ def start_warmup(tts_backend: str | None = None) -> threading.Thread:
 
     # daemon: a Python-level exit never hangs on it; main() still joins it (wait_for_warmup)
     _STOP.clear()
+    scipy_imported = threading.Event()
     thread = threading.Thread(target=warm, name="dh-warmup", daemon=True)
     thread.start()
     _STARTED.append(thread)
+    try:
+        _import_scipy_stats()  # meanwhile the warm-up builds Kokoro's session
+    finally:
+        scipy_imported.set()
     return thread
 
 
