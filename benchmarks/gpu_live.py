@@ -77,7 +77,8 @@ def speaker_state(folder: Path) -> dict:
     return CosyVoice2Runtime(folder, "cpu").speaker_state(clip, 24000, PROMPT_TEXT)
 
 
-def build_voice(size: str, device: str, folder: Path, state_file: str = "", first_hop: int = 0, lanes: int = 1):
+def build_voice(size: str, device: str, folder: Path, state_file: str = "", first_hop: int = 0, lanes: int = 1,
+                batch_rows: int = 1):
     import gc
 
     from digital_human.engines.cosyvoice.engine import CosyVoice2Engine
@@ -96,7 +97,8 @@ def build_voice(size: str, device: str, folder: Path, state_file: str = "", firs
     base = SpeakerProfile(embedding=np.ones(256, np.float32) / 16, segment_embeddings=np.zeros((0, 256), np.float32),
                           content_hash="synthetic", speech_seconds=3.0, name="random")
     speaker = with_engine_state(base, "cosyvoice2", state)
-    return LiveVoice(engine, speaker, token_limits=token_limits, first_hop_tokens=first_hop or None, lanes=lanes)
+    return LiveVoice(engine, speaker, token_limits=token_limits, first_hop_tokens=first_hop or None, lanes=lanes,
+                     batch_rows=batch_rows)
 
 
 def place_musetalk(size: str, device: str, root: Path) -> None:
@@ -515,8 +517,9 @@ def server_main(args: argparse.Namespace) -> None:
 
     t0 = time.perf_counter()
     voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state, args.first_hop,
-                        args.tts_lanes)
+                        args.tts_lanes, args.tts_batch)
     report["tts_lanes"] = voice.lanes
+    report["tts_batch"] = voice.batch_rows
     report["voice_build_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     models = work / "models"
@@ -575,6 +578,7 @@ def server_main(args: argparse.Namespace) -> None:
                 continue
             manager.metrics = StageMetrics()  # this phase's sessions' figures only
             pipe_stats = _batcher_stats()
+            flow_before = voice.flow_batching  # --tts-batch: the flow solves shared in this phase
             out = work / f"clients_{sessions}.json"
             cmd = [sys.executable, *(["-S"] if sys.flags.no_site else []), str(Path(__file__).resolve()), "--client", server.url, "--sessions", str(sessions),
                    "--utterances", str(utterances), "--ws-audio", audio, "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
@@ -599,6 +603,11 @@ def server_main(args: argparse.Namespace) -> None:
                 phase["server_threads"] = sampler.report(top=5)
             phase.update(sessions=sessions, audio=audio, wall_s=round(time.perf_counter() - t1, 1),
                          server_metrics=http(server.url, "GET", "/metrics")[1], batcher=_batcher_delta(pipe_stats))
+            flow_after = voice.flow_batching
+            if flow_before and flow_after:
+                phase["tts_flow_batching"] = {"calls": flow_after["calls"] - flow_before["calls"],
+                                              "solves": flow_after["solves"] - flow_before["solves"],
+                                              "largest_so_far": flow_after["largest"]}
             if failed or not phase.get("utterances"):
                 phase["client_stderr"] = stderr[-2000:]
             report["phases"].append(phase)
@@ -767,6 +776,8 @@ def main() -> None:
                         "another (the websocket stream's audio codec; default opus); none: no sessions (profiles only)")
     parser.add_argument("--tts-lanes", type=int, default=1, help="CosyVoice 2 lanes (serve --tts-lanes): "
                         "utterances voiced at the same time (on CUDA only with DIGITAL_HUMAN_TTS_LANES_CUDA=1)")
+    parser.add_argument("--tts-batch", type=int, default=1, help="CosyVoice 2 (serve --tts-batch): up to this many "
+                        "sessions' pieces share one flow solve (1 = off)")
     parser.add_argument("--lanes-check", type=int, default=0, help="with --tts-lanes >= 2: N repeats of two "
                         "utterances on two lanes alone and at once (same audio? how much overlap?)")
     parser.add_argument("--first-hop", type=int, default=0, help="CosyVoice 2's first piece in speech tokens "

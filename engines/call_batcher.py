@@ -8,6 +8,10 @@ A lone caller waits for nobody: the worker waits for more only while other calle
 got an answer) within `active_s`, and stops waiting as soon as every active caller has a request in the batch. `quantum`: every call is
 padded (the last row repeated) to a multiple of this many rows, so a caller's rows come out the same whatever
 else shares the call (see _pad).
+`join`: instead of stacking, a function that makes one call's arguments from the requests' (a list of each
+request's argument tuple, in order): for rows that need more than a stack, e.g. padding along another axis
+(CosyVoice 2's flow solves of different lengths, engines/cosyvoice/flow_batch.py). Caller i still gets rows
+[sum of the earlier requests' rows, + its rows) of the result; rows past the last request's are padding.
 
 Torch tensors on CUDA: the caller's stream is recorded with an event that the worker's stream waits for before
 it stacks the inputs, and the caller's stream waits for an event recorded after the call, so the rows may be
@@ -76,8 +80,10 @@ class CallBatcher:
 
     def __init__(self, fn: Callable[..., Any], *, window_s: float = 0.004, max_rows: int = 64,
                  max_waiting: int = 32, active_s: float = 0.5, quantum: int = 1,
-                 name: str = "call-batcher", stream_priority: int | None = None) -> None:
+                 name: str = "call-batcher", stream_priority: int | None = None,
+                 join: Callable[[list[tuple]], tuple] | None = None) -> None:
         self.fn, self.window_s, self.max_rows = fn, float(window_s), max(1, int(max_rows))
+        self.join = join
         self.quantum = max(1, int(quantum))
         self.active_s = float(active_s)
         self._queue: queue.Queue[_Request] = queue.Queue(maxsize=max(1, int(max_waiting)))
@@ -195,8 +201,11 @@ class CallBatcher:
                         stream.wait_event(r.ready)
                     scope = torch.cuda.stream(stream)
                 with scope:
-                    stacked = [_pad(_cat([r.args[i] for r in batch]), self.quantum)
-                               for i in range(len(batch[0].args))]
+                    if self.join is not None:
+                        stacked = list(self.join([r.args for r in batch]))
+                    else:
+                        stacked = [_pad(_cat([r.args[i] for r in batch]), self.quantum)
+                                   for i in range(len(batch[0].args))]
                     out = self.fn(*stacked)
                 finished = None
                 if cuda:

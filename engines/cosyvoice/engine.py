@@ -132,6 +132,7 @@ class CosyVoice2Runtime:
         self.hift = without_weight_norm(self.models.hift) if fast is not None else self.models.hift
         self._decoder: StaticDecoder | None = None
         self._solver: FastCFM | None = None
+        self._flow_batcher: Any = None  # flow_batch.FlowRowBatcher over _solver (set_flow_rows), or None
         self._drawer: ThreadPoolExecutor | None = None  # one worker: HiFT's source draws (hift_prefetch)
         self._weights_from: CosyVoice2Runtime | None = None  # a lane's first lane (lane())
         if not self.offload:
@@ -157,7 +158,7 @@ class CosyVoice2Runtime:
         if self.offload:
             raise ValueError("lanes share the networks on the device; create the runtime without offload")
         other = copy.copy(self)
-        other._decoder, other._solver, other._drawer = None, None, None
+        other._decoder, other._solver, other._drawer, other._flow_batcher = None, None, None, None
         other._weights_from = self._weights_from or self
         return other
 
@@ -234,6 +235,28 @@ class CosyVoice2Runtime:
                                    estimator=first.estimator if first is not None else None)
         return self._solver
 
+    def set_flow_rows(self, rows: int) -> int:
+        """Live mode's --tts-batch: up to `rows` flow solves of different threads (sessions) run as rows of one solve
+        (flow_batch.FlowRowBatcher) from now on; returns the rows a solve may carry (1: each its own, as before;
+        also without the fast path's solver, whose padded solves the rows need). Call before prepare_live."""
+        if self._flow_batcher is not None:
+            self._flow_batcher.close()
+            self._flow_batcher = None
+        solver = self._flow_solver()
+        if int(rows) <= 1 or solver is None:
+            return 1
+        from ..cuda_streams import TTS_PRIORITY
+        from .flow_batch import FlowRowBatcher
+
+        self._flow_batcher = FlowRowBatcher(solver, int(rows), self.models.flow.cfg.timesteps,
+                                            stream_priority=TTS_PRIORITY if self.device.type == "cuda" else None)
+        return self._flow_batcher.max_rows
+
+    @property
+    def flow_batcher(self) -> Any:
+        """The FlowRowBatcher of set_flow_rows, or None (its calls, rows_run and largest say how rows were shared)."""
+        return self._flow_batcher
+
     @torch.inference_mode()  # as serving: with autograd on, the LM step's compile failed on an H200 (2026-12-03,
     # "modified by an inplace operation": the KV cache's index_copy_) and fell back to the uncompiled step
     def prepare_live(self, state: dict[str, np.ndarray], max_speech_tokens: int) -> dict[str, int]:
@@ -245,8 +268,9 @@ class CosyVoice2Runtime:
         if solver is not None and solver.use_graph:
             frames = self.models.flow.cfg.token_mel_ratio * (int(np.asarray(state["prompt_token"]).size)
                                                                + int(max_speech_tokens))
-            out["flow_graphs"] = solver.prepare(frames, self.models.flow.cfg.timesteps,
-                                                self.models.flow.spk_embed_affine_layer.out_features)
+            spk_dim = self.models.flow.spk_embed_affine_layer.out_features
+            out["flow_graphs"] = (self._flow_batcher.prepare(frames, spk_dim) if self._flow_batcher is not None
+                                  else solver.prepare(frames, self.models.flow.cfg.timesteps, spk_dim))
         decoder = self._lm_decoder()  # made (and on CUDA its step captured) now, if not yet
         out["lm_graph"] = int(decoder is not None and getattr(decoder, "graph", None) is not None)
         if decoder is not None:  # the static prefill's graphs (DIGITAL_HUMAN_COSYVOICE_STATIC_PREFILL=1), for
@@ -275,7 +299,7 @@ class CosyVoice2Runtime:
     def _mel(self, tokens: list[int], x: dict[str, torch.Tensor]) -> torch.Tensor:
         token = torch.as_tensor(tokens, dtype=torch.int32, device=self.device)[None]
         return self.models.flow.inference(token, x["prompt_token"], x["prompt_feat"], x["embedding"],
-                                          solver=self._flow_solver())
+                                          solver=self._flow_batcher or self._flow_solver())
 
     def _wave(self, mel: torch.Tensor, generator: torch.Generator, draws: SourceDraws | None = None) -> torch.Tensor:
         return self.hift.inference(mel, generator=generator, half=self.fast is not None and self.fast.hift_half,
@@ -321,7 +345,8 @@ class CosyVoice2Runtime:
     @torch.inference_mode()
     def speak_stream(self, text_ids: list[int], state: dict[str, np.ndarray], generator: torch.Generator,
                      hift_generator: torch.Generator | None = None, hop_tokens: int = STREAM_HOP_TOKENS,
-                     first_hop_tokens: int | None = None, **limits: Any) -> Iterator[np.ndarray]:
+                     first_hop_tokens: int | None = None, deferred: bool = False,
+                     **limits: Any) -> Iterator[Any]:
         """One chunk as audio pieces while the LM is still generating (time to first audio ~ hop_tokens steps;
         first_hop_tokens: the first piece's, when smaller - live mode starts speaking sooner; the hops after it
         then grow from it to hop_tokens, doubling the speech sent).
@@ -331,7 +356,11 @@ class CosyVoice2Runtime:
         arrive), with HIFT_CONTEXT_FRAMES of left context. Not the reference's chunk-causal streaming: the
         pieces join to about, not exactly, `speak`'s waveform (the flow of a prefix differs a little from
         the flow of the whole). HiFT draws from `hift_generator` so that the LM's tokens are the same as
-        `speak`'s for the same `generator`. Not with offload."""
+        `speak`'s for the same `generator`. Not with offload.
+
+        deferred: yield each piece as a function that makes its audio (flow + HiFT), called by the consumer before it
+        asks for the next piece: live mode's --tts-batch holds the LM's lock for the tokens only, and makes the audio
+        outside it, so that other sessions' pieces reach the flow batcher at the same time. The same audio."""
         if self.offload:
             raise ValueError("speak_stream keeps every network on the device; create the runtime without offload")
         x = self._inputs(text_ids, state)
@@ -340,16 +369,23 @@ class CosyVoice2Runtime:
         tokens: list[int] = []
         sent = 0  # mel frames already vocoded
 
-        def piece(final: bool) -> np.ndarray:
+        ratio = self.models.flow.cfg.token_mel_ratio
+
+        def piece(final: bool) -> Any:
             nonlocal sent
-            mel = self._mel(tokens, x)
-            end = mel.shape[2] if final else 2 * (len(tokens) - lookahead)
-            start = max(0, sent - HIFT_CONTEXT_FRAMES)
-            wave = self._wave(mel[:, :, start:end], hift_generator)[0]
-            samples = wave.shape[0] // (end - start)  # samples per mel frame (480)
-            out = wave[(sent - start) * samples:].float().cpu().numpy()
+            until, done = list(tokens), sent  # this piece's tokens and the frames sent before it
+            end = ratio * len(until) if final else 2 * (len(until) - lookahead)
             sent = end
-            return out
+
+            @torch.inference_mode()  # deferred, it runs outside this generator's inference mode
+            def audio() -> np.ndarray:
+                mel = self._mel(until, x)
+                start = max(0, done - HIFT_CONTEXT_FRAMES)
+                wave = self._wave(mel[:, :, start:end], hift_generator)[0]
+                samples = wave.shape[0] // (end - start)  # samples per mel frame (480)
+                return wave[(done - start) * samples:].float().cpu().numpy()
+
+            return audio if deferred else audio()
 
         first = max(1, int(first_hop_tokens or hop_tokens))
         if first_hop_tokens:  # a device sampler reads its first block back as soon as the first piece can be made
@@ -415,6 +451,11 @@ class CosyVoice2Engine:
         del self._lanes[count - 1:]
         return count
 
+    def set_flow_rows(self, rows: int) -> int:
+        """Live mode's --tts-batch: sessions' flow solves as rows of one, up to `rows` (CosyVoice2Runtime.set_flow_rows,
+        the first lane's); returns the rows one solve may carry (1 = off: no fast path, or rows <= 1)."""
+        return self.runtime().set_flow_rows(rows)
+
     def prepare_speaker(self, prepared: Any, transcript: str = "", speaker: Any = None, **_: Any) -> Any:
         from ...voice.engines import with_engine_state
 
@@ -461,13 +502,14 @@ class CosyVoice2Engine:
 
     def live_stream(self, text: str, speaker: Any, language: str = "auto", seed: int = 0,
                     first_hop_tokens: int = FIRST_HOP_TOKENS, hop_tokens: int = LIVE_HOP_TOKENS,
-                    limits: Any = None, lane: int = 0) -> Iterator[np.ndarray]:
+                    limits: Any = None, lane: int = 0, deferred: bool = False) -> Iterator[Any]:
         """Live mode: each chunk's audio streamed while its LM runs (speak_stream), the first piece after
         `first_hop_tokens` speech tokens, later ones every `hop_tokens`; a chunk's pause leads the next chunk's first piece.
         limits: text -> {"min_tokens", "max_tokens"} of the LM (benchmarks on random weights, which never draw a
         sensible stop token) or None. Speed is 1 (speak_stream has no speed control). lane: which of set_lanes'
         lanes runs it (the caller keeps one stream at a time on a lane, or serialises them: a lane's decoder
-        parks a suspended stream's state, but its calls are not thread-safe)."""
+        parks a suspended stream's state, but its calls are not thread-safe). deferred: each piece as a function that
+        makes its audio, to be called before the next piece is asked for (speak_stream's deferred: --tts-batch)."""
         from ...text.frontend import text_chunks
 
         state = self._state(speaker)
@@ -479,11 +521,14 @@ class CosyVoice2Engine:
         for i, chunk in enumerate(chunks):
             extra = dict(limits(chunk.text)) if limits is not None else {}
             pieces = runtime.speak_stream(runtime.text_ids(chunk.text), state, generator, hift, hop_tokens=hop_tokens,
-                                          first_hop_tokens=first_hop_tokens if i == 0 else None, **extra)
-            for wave in pieces:  # each piece as soon as it is made
-                if pause is not None:
-                    wave, pause = np.concatenate([pause, wave]), None
-                yield wave
+                                          first_hop_tokens=first_hop_tokens if i == 0 else None, deferred=deferred,
+                                          **extra)
+            for piece in pieces:  # each piece as soon as it is made (or, deferred, its tokens are)
+                lead, pause = pause, None
+                if deferred:
+                    yield piece if lead is None else (lambda audio=piece, lead=lead: np.concatenate([lead, audio()]))
+                else:
+                    yield piece if lead is None else np.concatenate([lead, piece])
             # the chunk's pause goes before the next chunk's first piece (after the last piece it would hold that
             # piece back; alone, a piece of silence is no speech for a talking head)
             pause = np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32) if chunk.pause_after_s > 0 \

@@ -337,7 +337,8 @@ def solve_ode(estimator: Estimator, x: torch.Tensor, mu: torch.Tensor, mask: tor
     """Euler steps on the cosine grid with classifier-free guidance; x (the noise) stays float32.
 
     The estimator runs in its own weights' dtype (inputs cast to it, velocities back to float32), so the
-    FP32 reference path and a half-precision copy share this code."""
+    FP32 reference path and a half-precision copy share this code. Rows are independent solves (live mode's
+    sessions batched: FlowRowBatcher): the conditioned rows of every solve first, then their unconditioned twins."""
     dtype = next(estimator.parameters()).dtype
     grid = torch.linspace(0, 1, steps + 1, device=mu.device, dtype=mu.dtype)
     grid = 1 - torch.cos(grid * 0.5 * torch.pi)
@@ -348,8 +349,9 @@ def solve_ode(estimator: Estimator, x: torch.Tensor, mu: torch.Tensor, mask: tor
     cond2 = torch.cat([cond, zeros(cond)]).to(dtype)
     mask2 = torch.cat([mask, mask]).to(dtype)
     for step in range(1, len(grid)):
-        v = estimator(torch.cat([x, x]).to(dtype), mask2, mu2, t.expand(2), spks2, cond2).float()
-        v_cond, v_free = v[:1], v[1:]
+        rows = x.shape[0]
+        v = estimator(torch.cat([x, x]).to(dtype), mask2, mu2, t.expand(2 * rows), spks2, cond2).float()
+        v_cond, v_free = v[:rows], v[rows:]
         x = x + dt * ((1.0 + cfg_rate) * v_cond - cfg_rate * v_free)
         t = t + dt
         if step < len(grid) - 1:
@@ -398,7 +400,7 @@ class FastCFM:
         self._done: Any = None
 
     def _graph(self, padded: int, steps: int, inputs: dict[str, torch.Tensor]):
-        key = (padded, steps)
+        key = (padded, steps) if inputs["x"].shape[0] == 1 else (padded, steps, int(inputs["x"].shape[0]))
         if key in self.graphs:
             entry = self.graphs.pop(key)
             self.graphs[key] = entry  # most recently used last
@@ -423,21 +425,29 @@ class FastCFM:
 
     @torch.inference_mode()  # as serving's solves (CausalFlow.inference); with autograd on, the warm-up solve
     # kept every step's activations for a backward pass and ran an H200 out of memory (2026-12-03)
-    def prepare(self, max_frames: int, steps: int = 10, spk_dim: int = MEL_BINS) -> int:
+    def prepare(self, max_frames: int, steps: int = 10, spk_dim: int = MEL_BINS, rows: tuple[int, ...] = (1,)) -> int:
         """Capture the graphs of every bucket up to `max_frames` now (and keep them all), so that no capture
         happens while serving: live mode's sessions run the talking head on the same GPU from other threads at
-        the same time. Returns the number of graphs kept."""
+        the same time. rows: the row counts to capture each length for (solve_rows; FlowRowBatcher's sizes).
+        Returns the number of graphs kept."""
         if not self.use_graph:
             return 0
         device = next(self.estimator.parameters()).device
         top = min(-(-int(max_frames) // self.bucket) * self.bucket, NOISE_FRAMES)
         lengths = list(range(self.bucket, top + 1, self.bucket))
-        for padded in reversed(lengths):  # longest first: the shared pool is sized by the first capture
-            z = torch.zeros(1, MEL_BINS, padded, device=device)
-            self._graph(padded, steps, {"x": self.noise[:, :, :padded].to(z), "mu": z, "mask": torch.ones(
-                1, 1, padded, device=device), "spks": torch.zeros(1, spk_dim, device=device), "cond": z.clone()})
+        for count in sorted({max(1, int(r)) for r in rows}, reverse=True):
+            for padded in reversed(lengths):  # largest first: the shared pool is sized by the first capture
+                z = torch.zeros(count, MEL_BINS, padded, device=device)
+                self._graph(padded, steps, {"x": self._noise(count, padded, z), "mu": z,
+                                            "mask": torch.ones(count, 1, padded, device=device),
+                                            "spks": torch.zeros(count, spk_dim, device=device), "cond": z.clone()})
         self.prepared = max(self.prepared, top)
         return len(self.graphs)
+
+    def _noise(self, rows: int, padded: int, like: torch.Tensor) -> torch.Tensor:
+        """The start noise of `rows` solves padded to `padded` frames: every row the decoder's one noise, so a
+        row's frames start where a solve of that row alone starts."""
+        return self.noise[:, :, :padded].to(like).expand(rows, -1, -1).contiguous()
 
     @torch.inference_mode()
     def __call__(self, mu: torch.Tensor, mask: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor,
@@ -447,12 +457,23 @@ class FastCFM:
         if padded > NOISE_FRAMES:
             raise ValueError(f"{frames} mel frames exceed the decoder's {NOISE_FRAMES}; synthesize shorter text")
         pad = lambda y: F.pad(y, (0, padded - frames))  # noqa: E731
-        inputs = {"x": self.noise[:, :, :padded].to(mu), "mu": pad(mu), "mask": pad(mask), "spks": spks,
-                  "cond": pad(cond)}
+        return self.solve_rows(pad(mu), pad(mask), spks, pad(cond), steps)[:, :, :frames]
+
+    @torch.inference_mode()
+    def solve_rows(self, mu: torch.Tensor, mask: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor,
+                   steps: int = 10) -> torch.Tensor:
+        """Independent solves as rows of one call: mu/cond [B, 80, P], mask [B, 1, P] (0 past each row's frames),
+        spks [B, 80], P a multiple of `bucket`; returns x [B, 80, P] (a copy). Each row's frames are those of its
+        solve alone (the mask hides the padding; rounding aside: the attention sums run over P keys)."""
+        rows, padded = int(mu.shape[0]), int(mu.shape[2])
+        if padded % self.bucket:
+            raise ValueError(f"solve_rows takes lengths padded to a multiple of {self.bucket} frames, not {padded}")
+        if padded > NOISE_FRAMES:
+            raise ValueError(f"{padded} mel frames exceed the decoder's {NOISE_FRAMES}; synthesize shorter text")
+        inputs = {"x": self._noise(rows, padded, mu), "mu": mu, "mask": mask, "spks": spks, "cond": cond}
         if not self.use_graph:
-            out = solve_ode(self.estimator, inputs["x"], inputs["mu"], inputs["mask"], inputs["spks"],
-                            inputs["cond"], steps, self.cfg_rate)
-            return out[:, :, :frames]
+            return solve_ode(self.estimator, inputs["x"], inputs["mu"], inputs["mask"], inputs["spks"],
+                             inputs["cond"], steps, self.cfg_rate)
         with self._replay_lock:  # one replay at a time: the graphs share their memory pool
             replay, static, out = self._graph(padded, steps, inputs)
             stream = torch.cuda.current_stream(out.device) if out.is_cuda else None
@@ -461,7 +482,7 @@ class FastCFM:
             for name, value in inputs.items():
                 static[name].copy_(value)
             replay()
-            result = out[:, :, :frames].clone()
+            result = out.clone()
             if stream is not None:
                 self._done = torch.cuda.Event()
                 self._done.record(stream)
@@ -536,10 +557,11 @@ class CausalFlow(nn.Module):
 
     @torch.inference_mode()
     def inference(self, token: torch.Tensor, prompt_token: torch.Tensor, prompt_feat: torch.Tensor,
-                  embedding: torch.Tensor, solver: FastCFM | None = None) -> torch.Tensor:
+                  embedding: torch.Tensor, solver: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
         """token/prompt_token [1, N] ints, prompt_feat [1, 2*Np, 80], embedding [1, 192] -> mel [1, 80, 2N].
 
-        solver: a FastCFM of this flow's decoder (half precision, CUDA graphs); None = the FP32 reference."""
+        solver: a FastCFM of this flow's decoder (half precision, CUDA graphs), or a flow_batch.FlowRowBatcher over
+        one (live sessions' solves as rows of one); None = the FP32 reference."""
         spks = self.spk_embed_affine_layer(F.normalize(embedding.float(), dim=1))
         tokens = torch.cat([prompt_token, token], dim=1).long()
         h = self.encoder(self.input_embedding(torch.clamp(tokens, min=0)))

@@ -42,6 +42,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "own over one copy of the weights; costs GPU memory and warm-up time). 1 = sessions' pieces "
                         "take turns on one lane. Above 1 is refused on a CUDA GPU (it hung there in the last test; "
                         "DIGITAL_HUMAN_TTS_LANES_CUDA=1 tries it)")
+    p.add_argument("--tts-batch", type=int, default=1, metavar="ROWS",
+                   help="CosyVoice 2 fast path, one lane: up to ROWS sessions' pieces share one flow solve (the LM's turn "
+                        "covers a piece's tokens only; CUDA graphs per row count: more warm-up and GPU memory). "
+                        "1 = off (default; not yet measured on a GPU)")
     p.add_argument("--ice-server", action="append", default=[], metavar="URL",
                    help="STUN/TURN server for WebRTC (stun:host:port, turn://user:password@host:port); none by default")
     p.add_argument("--udp-ports", metavar="LOW-HIGH", type=_port_range, help="WebRTC UDP ports (firewalls)")
@@ -78,7 +82,8 @@ def build_live(args: argparse.Namespace) -> Any:
 
     fast = live_fast_path(getattr(args, "fast_path", None))
     voice = LiveVoice(args.engine, speaker, base_voice, args.backend, args.language, args.speed,
-                      engine_options=engine_options(args.engine, fast), lanes=getattr(args, "tts_lanes", 1))
+                      engine_options=engine_options(args.engine, fast), lanes=getattr(args, "tts_lanes", 1),
+                      batch_rows=getattr(args, "tts_batch", 1))
     face = LiveFace(Path(args.face), model=args.model, fps=args.fps or 25.0, backend=args.backend,
                     max_side=args.max_side, crop_size=args.crop_size, smooth=args.smooth,
                     idle_motion=not args.no_idle_motion, max_seconds=args.max_seconds, fast_path=fast)
@@ -114,6 +119,8 @@ def check_serve_inputs(args: argparse.Namespace, command: str, extra: str, modul
         from ...voice.engines import fast_path_on_cuda
 
         check_tts_lanes(lanes, cuda=fast_path_on_cuda(args.engine, live_fast_path(getattr(args, "fast_path", None))))
+    if getattr(args, "tts_batch", 1) < 1:
+        raise ValueError(f"--tts-batch must be at least 1, got {args.tts_batch} (1: each session's piece solved alone)")
     problem = extra_problem(command, extra, modules)
     if problem:
         raise PreflightError(problem)

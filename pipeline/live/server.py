@@ -81,7 +81,8 @@ class LiveServer:
 
         return web.json_response({**self.manager.metrics.snapshot(), "sessions": len(self.manager.sessions),
                                   "max_sessions": self.manager.max_sessions,
-                                  "tts_lanes": getattr(self.manager.voice, "lanes", 1)})
+                                  "tts_lanes": getattr(self.manager.voice, "lanes", 1),
+                                  "tts_batch": getattr(self.manager.voice, "batch_rows", 1)})
 
     async def open_session(self, request: Any) -> Any:
         from aiohttp import web

@@ -114,11 +114,14 @@ class LiveVoice:
     def __init__(self, engine: Any = "kokoro", speaker: Any = None, base_voice: str = "auto",
                  backend: str = "auto", language: str = "auto", speed: float = 1.0,
                  token_limits: Callable[[str], dict] | None = None, first_hop_tokens: int | None = None,
-                 engine_options: dict[str, Any] | None = None, lanes: int = 1) -> None:
+                 engine_options: dict[str, Any] | None = None, lanes: int = 1, batch_rows: int = 1) -> None:
         """engine_options: get_engine's options for an engine named by `engine` (voice.engines.engine_options:
         the fast path on CUDA). lanes: utterances the engine may speak at the same time (engines with `set_lanes`:
         CosyVoice 2's live stream; each lane a decoder and flow solver of its own over the same weights); a new
-        utterance takes the lane with the fewest utterances under way. Other engines have one lane (logged)."""
+        utterance takes the lane with the fewest utterances under way. Other engines have one lane (logged).
+        batch_rows (serve --tts-batch): with one lane, up to this many sessions' pieces share one flow solve (engines
+        with `set_flow_rows`: CosyVoice 2's fast path); the lane's lock is then held for a piece's tokens only, its
+        audio made outside it (see _pieces). 1 = off."""
         from ...voice.engines import get_engine
 
         self.engine = get_engine(engine, **(engine_options or {})) if isinstance(engine, str) else engine
@@ -131,6 +134,7 @@ class LiveVoice:
         self.engine.check_files()
         self.rate = int(self.engine.sample_rate)
         self.lanes = self._make_lanes(int(lanes))
+        self.batch_rows = self._make_batch_rows(int(batch_rows))
         self._locks = [FirstPiecesFirst() for _ in range(self.lanes)]
         self._under_way = [0] * self.lanes  # utterances speaking on each lane
         self._assign = threading.Lock()
@@ -149,6 +153,33 @@ class LiveVoice:
         if made < lanes:
             log.warning("live: %d TTS lanes asked, %d made (the engine's most)", lanes, made)
         return made
+
+    def _make_batch_rows(self, rows: int) -> int:
+        if rows < 1:
+            raise ValueError(f"--tts-batch must be at least 1, got {rows} (1: each session's piece solved alone)")
+        if rows == 1:
+            return 1
+        if self.lanes > 1 or self.speed != 1.0 or not hasattr(self.engine, "set_flow_rows"):
+            log.warning("live: --tts-batch %d ignored (it batches CosyVoice 2's live stream on one lane at speed 1; "
+                        "this voice: %s, %d lanes, speed %.2f)", rows, self.engine_name, self.lanes, self.speed)
+            return 1
+        made = int(self.engine.set_flow_rows(rows))
+        if made == 1:
+            log.warning("live: --tts-batch %d ignored: the %s voice has no padded flow solver (its fast path is off)",
+                        rows, self.engine_name)
+        else:
+            log.info("live: up to %d sessions' TTS pieces share one flow solve (--tts-batch)", made)
+        return made
+
+    @property
+    def flow_batching(self) -> dict[str, int] | None:
+        """How the flow solves were shared (--tts-batch): calls, solves (rows_run), the most in one call; or None."""
+        runtime = getattr(self.engine, "runtime", None)
+        batcher = getattr(runtime(), "flow_batcher", None) if self.batch_rows > 1 and callable(runtime) else None
+        if batcher is None:
+            return None
+        return {"calls": batcher.calls, "solves": batcher.rows_run, "largest": batcher.largest,
+                "max_rows": batcher.max_rows}
 
     @contextmanager
     def _lane(self) -> Iterator[int]:
@@ -205,6 +236,8 @@ class LiveVoice:
                 hop = {"first_hop_tokens": self.first_hop_tokens} if self.first_hop_tokens else {}
                 if self.lanes > 1:
                     hop["lane"] = lane
+                if self.batch_rows > 1:
+                    hop["deferred"] = True
                 stream = self.engine.live_stream(text, self.speaker, language=self.language, limits=self.token_limits,
                                                  **hop)
             else:
@@ -214,6 +247,8 @@ class LiveVoice:
                     wave = next(stream, None)
                 if wave is None:
                     return
+                if callable(wave):  # deferred (--tts-batch): the audio made outside the lock, where the flow solves
+                    wave = wave()   # of sessions whose tokens are ready meet in the flow batcher
                 yield Piece(np.asarray(wave, np.float32))
         from ...text.chunking import split_first_piece, split_sentences
         from ...voice.tts import synthesize_speech
