@@ -47,6 +47,7 @@ SPECIAL_TOKENS = {
 
 
 FAST_ENV = "DIGITAL_HUMAN_COSYVOICE_FAST"  # "1": the fast path on a CUDA device (FP32 eager otherwise)
+HIFT_GRAPHS_ENV = "DIGITAL_HUMAN_COSYVOICE_HIFT_GRAPHS"  # "0": live pieces vocoded eagerly (FastPath.hift_graph off)
 STREAM_HOP_TOKENS = 25  # tokens per streamed piece (1 s of speech; the reference streams 25-token hops)
 FIRST_HOP_TOKENS = 8    # live mode's first piece (0.32 s of speech): its audio after 8 + pre_lookahead_len tokens
 # live mode's later hops grow to this (8, 8, 16, 32, 50, 50, ... tokens). Why not STREAM_HOP_TOKENS: each piece
@@ -56,6 +57,12 @@ FIRST_HOP_TOKENS = 8    # live mode's first piece (0.32 s of speech): its audio 
 # by the 5th piece 2.6 s of speech are already sent, so a 2-s hop is never waited for.
 LIVE_HOP_TOKENS = 50
 HIFT_CONTEXT_FRAMES = 8  # mel frames of left context re-vocoded for each streamed piece (then dropped)
+
+
+def max_piece_frames(lookahead: int, hop_tokens: int = max(LIVE_HOP_TOKENS, STREAM_HOP_TOKENS)) -> int:
+    """The most mel frames one streamed piece vocodes (speak_stream): a hop's tokens and the lookahead's held-back
+    frames (a chunk's last piece), 2 frames a token, plus the left context."""
+    return 2 * (int(hop_tokens) + int(lookahead)) + HIFT_CONTEXT_FRAMES
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,9 @@ class FastPath:
       CPU loop of ~50 ms) drawn in a background thread while the GPU runs the flow, from the same generator
       in the same order (hift.draw_source): the same numbers, the generator left in the same state.
       `speak` only (streamed pieces draw as they go).
+    hift_graph: live mode's pieces vocoded from CUDA graphs, one per mel length up to the longest live piece,
+      captured by prepare_live (hift_graph.HiftGraphs: source draws made on the host, an iSTFT without a host
+      sync; the same audio to rounding); longer mels, offline `speak` and hift_half run eagerly.
     """
 
     lm_graph: bool = True
@@ -103,6 +113,7 @@ class FastPath:
     lm_step: str = "fused"
     lm_gemv: str = "reduce"
     hift_prefetch: bool = True
+    hift_graph: bool = True
 
 
 def _resample(wave: np.ndarray, sr: int, target: int) -> np.ndarray:
@@ -133,6 +144,7 @@ class CosyVoice2Runtime:
         self._decoder: StaticDecoder | None = None
         self._solver: FastCFM | None = None
         self._flow_batcher: Any = None  # flow_batch.FlowRowBatcher over _solver (set_flow_rows), or None
+        self._hift_graphs: Any = None   # hift_graph.HiftGraphs made by prepare_live (FastPath.hift_graph), or None
         self._drawer: ThreadPoolExecutor | None = None  # one worker: HiFT's source draws (hift_prefetch)
         self._weights_from: CosyVoice2Runtime | None = None  # a lane's first lane (lane())
         if not self.offload:
@@ -159,6 +171,7 @@ class CosyVoice2Runtime:
             raise ValueError("lanes share the networks on the device; create the runtime without offload")
         other = copy.copy(self)
         other._decoder, other._solver, other._drawer, other._flow_batcher = None, None, None, None
+        other._hift_graphs = None
         other._weights_from = self._weights_from or self
         return other
 
@@ -259,7 +272,7 @@ class CosyVoice2Runtime:
 
     @torch.inference_mode()  # as serving: with autograd on, the LM step's compile failed on an H200 (2026-12-03,
     # "modified by an inplace operation": the KV cache's index_copy_) and fell back to the uncompiled step
-    def prepare_live(self, state: dict[str, np.ndarray], max_speech_tokens: int) -> dict[str, int]:
+    def prepare_live(self, state: dict[str, np.ndarray], max_speech_tokens: int) -> dict[str, Any]:
         """Capture now every CUDA graph that speaking up to `max_speech_tokens` per text chunk with this speaker's
         prompt needs (the LM step's, and the flow's for every length bucket), so that none is captured while
         live sessions use the GPU from other threads. No-op without the fast path's graphs."""
@@ -278,9 +291,28 @@ class CosyVoice2Runtime:
             # token: the LM's min_token_text_ratio) and the LM's start and task tokens
             prompt = int(np.asarray(state.get("prompt_text_ids", ())).size) + int(np.asarray(state["prompt_token"]).size)
             out["prefill_graphs"] = decoder.prepare_prefill(prompt + 2 + int(max_speech_tokens) // 2)
+        if self.fast is not None and self.fast.hift_graph and not self.fast.hift_half and self.device.type == "cuda" \
+                and os.environ.get(HIFT_GRAPHS_ENV, "").strip() != "0":
+            out.update(self._prepare_hift_graphs())
         if self.device.type == "cuda":  # what the graphs cost, for the live benchmark's report
             out["gpu_reserved_mib"] = int(torch.cuda.memory_reserved(self.device) // 2 ** 20)
         return out
+
+    def _prepare_hift_graphs(self) -> dict[str, Any]:
+        """HiFT's graphs for every live piece length (FastPath.hift_graph); a failed capture is logged and reported,
+        and the pieces are vocoded eagerly as before (written without a GPU at hand: 2026-12-04)."""
+        from .hift_graph import HiftGraphs
+
+        graphs = self._hift_graphs or HiftGraphs(self.hift)
+        try:
+            count = graphs.prepare(max_piece_frames(self.models.flow.cfg.pre_lookahead_len))
+        except Exception as exc:  # noqa: BLE001 - any capture failure: the eager vocoder still works
+            log.warning("CosyVoice 2: HiFT's CUDA graphs could not be captured (%s); live pieces are vocoded eagerly "
+                        "(%s=0 skips the attempt)", exc, HIFT_GRAPHS_ENV)
+            self._hift_graphs = None
+            return {"hift_graphs": 0, "hift_graphs_error": f"{type(exc).__name__}: {exc}"[:300]}
+        self._hift_graphs = graphs
+        return {"hift_graphs": count}
 
     def _inputs(self, text_ids: list[int], state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         dev = self.device
@@ -302,6 +334,13 @@ class CosyVoice2Runtime:
                                           solver=self._flow_batcher or self._flow_solver())
 
     def _wave(self, mel: torch.Tensor, generator: torch.Generator, draws: SourceDraws | None = None) -> torch.Tensor:
+        graphs = self._hift_graphs
+        if graphs is not None and mel.shape[2] <= graphs.prepared:  # a live piece: replayed (prepare_live)
+            if draws is None:
+                cfg = self.hift.cfg
+                draws = draw_source(generator, int(mel.shape[2]), 1, cfg.nb_harmonics, graphs.samples_per_frame,
+                                    pin=self.device.type == "cuda")
+            return graphs(mel, draws)
         return self.hift.inference(mel, generator=generator, half=self.fast is not None and self.fast.hift_half,
                                    draws=draws)
 
@@ -487,15 +526,16 @@ class CosyVoice2Engine:
             wave, _ = runtime.speak(runtime.text_ids(chunk.text), state, generator, speed)
             yield np.concatenate([wave, np.zeros(int(round(chunk.pause_after_s * SAMPLE_RATE)), np.float32)])
 
-    def prepare_live(self, speaker: Any, max_speech_seconds: float = 20.0) -> dict[str, int]:
+    def prepare_live(self, speaker: Any, max_speech_seconds: float = 20.0) -> dict[str, Any]:
         """Live mode's warm-up: every CUDA graph a chunk of up to `max_speech_seconds` needs, captured now
         (CosyVoice2Runtime.prepare_live), for every lane (set_lanes): counts summed over the lanes, `lanes` added
         when there are several."""
         state, tokens = self._state(speaker), int(round(max_speech_seconds * 25))
-        out: dict[str, int] = {}
+        out: dict[str, Any] = {}
         for lane in range(len(self._lanes) + 1):
             for key, value in self.runtime(lane).prepare_live(state, tokens).items():
-                out[key] = value if key == "gpu_reserved_mib" else out.get(key, 0) + value  # reserved: after all
+                # reserved: after all lanes; an error text: as it is
+                out[key] = value if key == "gpu_reserved_mib" or not isinstance(value, int) else out.get(key, 0) + value
         if self._lanes:
             out["lanes"] = len(self._lanes) + 1
         return out

@@ -7,6 +7,7 @@ Written for this pack from the published architecture; parameter names follow th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -185,7 +186,9 @@ class HiFT(nn.Module):
                              persistent=False)
         self.f0_predictor = F0Predictor(cfg.in_channels, cfg.f0_channels)
 
-    def _decode(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    def _decode(self, mel: torch.Tensor, source: torch.Tensor, istft: Any = None) -> torch.Tensor:
+        """istft: torch.istft's stand-in with its positional signature (hift_graph.overlap_add_istft: no host sync,
+        for CUDA graphs); None = torch.istft."""
         cfg = self.cfg
         spec = torch.view_as_real(torch.stft(source.squeeze(1), cfg.n_fft, cfg.hop_len, cfg.n_fft,
                                              window=self.window, return_complex=True))
@@ -206,7 +209,7 @@ class HiFT(nn.Module):
         magnitude = torch.clip(torch.exp(x[:, :half, :]), max=1e2)
         phase = torch.sin(x[:, half:, :])
         spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
-        wave = torch.istft(spec, cfg.n_fft, cfg.hop_len, cfg.n_fft, window=self.window)
+        wave = (istft or torch.istft)(spec, cfg.n_fft, cfg.hop_len, cfg.n_fft, window=self.window)
         return torch.clamp(wave, -cfg.audio_limit, cfg.audio_limit)
 
     @torch.inference_mode()

@@ -1,0 +1,138 @@
+"""CosyVoice 2's HiFT vocoder replayed from CUDA graphs, one per mel length (live mode's pieces).
+
+Why: HiFT runs eagerly, ~400 small kernels (Snake activations, convolutions, the STFT head) launched from Python for
+every streamed piece (~26 ms for a first piece on an H200, 2026-12-03); with 8 live sessions their launches queue
+behind the other threads' for the interpreter lock (benchmarks/RESULTS_live.md, 21:57: HiFT's Python frames show in
+the samples of the one TTS lane that could not keep up). Replayed from a graph a piece is one launch.
+
+Live pieces have few lengths (HIFT_CONTEXT_FRAMES of left context + twice the hop's tokens; a chunk's last piece
+anything up to a hop), so `prepare` captures every length up to the longest piece at warm-up; a longer mel runs
+eagerly. What a graph cannot hold is worked around, with the same numbers:
+- the sine source's random numbers are drawn on the host beforehand (hift.draw_source, the same values and
+  generator state as the inline draws) and copied into the graph's inputs;
+- torch.istft checks its window's overlap on the host (a device sync, not allowed while capturing), so the graphs
+  use overlap_add_istft, the same inverse written as an inverse FFT and an overlap-add (equal to rounding).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .hift import HiFT, SourceDraws
+
+log = logging.getLogger("digital_human.cosyvoice")
+
+
+def overlap_add_istft(spec: torch.Tensor, n_fft: int, hop: int, n_fft_win: int, window: torch.Tensor) -> torch.Tensor:
+    """torch.istft(spec, n_fft, hop, n_fft_win, window=window) for a onesided complex spec [B, n_fft//2+1, frames]
+    with center=True, without its host-side check: frames by inverse real FFT, windowed, overlapped and added
+    (F.fold), divided by the summed squared window, the centre padding cut. Signature as HiFT._decode calls it."""
+    if n_fft_win != n_fft or window.numel() != n_fft:
+        raise ValueError("overlap_add_istft takes a window as long as n_fft")
+    frames = spec.shape[-1]
+    chunks = torch.fft.irfft(spec, n=n_fft, dim=1) * window.view(1, -1, 1)  # [B, n_fft, frames]
+    length = n_fft + hop * (frames - 1)
+    fold = lambda x: F.fold(x, output_size=(1, length), kernel_size=(1, n_fft), stride=(1, hop))  # noqa: E731
+    wave = fold(chunks).reshape(spec.shape[0], length)
+    envelope = fold((window * window).view(1, -1, 1).expand(1, n_fft, frames)).reshape(1, length)
+    half = n_fft // 2
+    return wave[:, half:length - half] / envelope[:, half:length - half]
+
+
+def _capture(run: Callable[[], torch.Tensor], device: torch.device, pool: Any = None,
+             stream: Any = None) -> tuple[Callable[[], None], torch.Tensor]:
+    """flow.capture_graph (tests replace this: the CPU has no CUDA graphs)."""
+    from .flow import capture_graph
+
+    return capture_graph(run, device, pool=pool, stream=stream)
+
+
+class HiftGraphs:
+    """HiFT(mel, draws) from a captured graph per mel length (see the module's docstring); eager where none is."""
+
+    def __init__(self, hift: HiFT, cuda_graph: bool | None = None) -> None:
+        self.hift = hift
+        self.device = next(hift.parameters()).device
+        self.use_graph = self.device.type == "cuda" if cuda_graph is None else bool(cuda_graph)
+        self.cfg = hift.cfg
+        self.samples_per_frame = int(np.prod(self.cfg.upsample_rates)) * self.cfg.hop_len
+        self.graphs: dict[int, tuple[Callable[[], None], dict[str, torch.Tensor], torch.Tensor]] = {}
+        self.prepared = 0  # the longest mel prepare() covered
+        self.replays = 0   # pieces served from a graph
+        self.eager = 0     # pieces run eagerly (longer than prepared)
+        self._pool: Any = None
+        self._stream: Any = None
+        self._lock = threading.Lock()  # one replay at a time: the graphs share their memory pool and inputs
+        self._done: Any = None         # the event after the last replay's copy-out (FastCFM says why)
+
+    def _run(self, mel: torch.Tensor, start: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """HiFT.inference's work with given source draws and the graph-safe iSTFT: wave [B, frames * 480]."""
+        hift = self.hift
+        f0 = hift.f0_predictor(mel)
+        f0_audio = F.interpolate(f0[:, None], scale_factor=float(hift.upsample_total), mode="nearest").transpose(1, 2)
+        source = hift.m_source(f0_audio, None, SourceDraws(start=start, noise=noise)).transpose(1, 2)
+        return hift._decode(mel, source, istft=overlap_add_istft)
+
+    def _static(self, frames: int) -> dict[str, torch.Tensor]:
+        channels, samples = self.cfg.nb_harmonics + 1, frames * self.samples_per_frame
+        return {"mel": torch.zeros(1, self.cfg.in_channels, frames, device=self.device),
+                "start": torch.zeros(1, channels, device=self.device),
+                # laid out as the excitation (draw_source's layout): the source checks it
+                "noise": torch.zeros(1, channels, samples, device=self.device).transpose(1, 2)}
+
+    def _graph(self, frames: int):
+        if frames not in self.graphs:
+            static = self._static(frames)
+            if self._pool is None and self.device.type == "cuda":
+                self._pool = torch.cuda.graph_pool_handle()
+            if self._stream is None and self.device.type == "cuda":
+                from ..cuda_streams import capture_stream
+
+                self._stream = capture_stream(self.device)
+            replay, out = _capture(lambda: self._run(static["mel"], static["start"], static["noise"]), self.device,
+                                   pool=self._pool, stream=self._stream)
+            self.graphs[frames] = (replay, static, out)
+        return self.graphs[frames]
+
+    @torch.inference_mode()
+    def prepare(self, max_frames: int) -> int:
+        """Capture the graph of every mel length 1..max_frames now (longest first: the shared pool is sized by the
+        first); returns how many exist. Nothing without graphs."""
+        if not self.use_graph:
+            return 0
+        for frames in range(int(max_frames), 0, -1):
+            self._graph(frames)
+        self.prepared = max(self.prepared, int(max_frames))
+        return len(self.graphs)
+
+    @torch.inference_mode()
+    def __call__(self, mel: torch.Tensor, draws: SourceDraws) -> torch.Tensor:
+        """wave [1, frames * 480] of mel [1, 80, frames] with the source's draws (draw_source for `frames`)."""
+        frames = int(mel.shape[2])
+        if mel.shape[0] != 1:
+            raise ValueError(f"HiftGraphs vocodes one mel at a time, got a batch of {mel.shape[0]}")
+        graph = self.graphs.get(frames) if self.use_graph else None
+        if graph is None:
+            self.eager += 1
+            return self._run(mel, draws.start.to(self.device), draws.noise.to(self.device))
+        replay, static, out = graph
+        with self._lock:
+            stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+            if stream is not None and self._done is not None:
+                stream.wait_event(self._done)
+            static["mel"].copy_(mel)
+            static["start"].copy_(draws.start)
+            static["noise"].copy_(draws.noise, non_blocking=draws.noise.is_pinned())
+            replay()
+            result = out.clone()
+            if stream is not None:
+                self._done = torch.cuda.Event()
+                self._done.record(stream)
+            self.replays += 1
+            return result
