@@ -113,7 +113,8 @@ def test_deferred_pieces_are_the_same_audio(engine_and_speaker):
     engine, speaker = engine_and_speaker
     plain = list(engine.live_stream(TEXTS[0], speaker, seed=5, limits=_limits))
     jobs = engine.live_stream(TEXTS[0], speaker, seed=5, limits=_limits, deferred=True)
-    deferred = [job() for job in jobs]  # each made before the next is asked for, as LiveVoice does
+    deferred = [job() for job in jobs if not getattr(job, "is_pause", False)]  # each made before the next is asked
+    # for, as LiveVoice does (pauses: points where the LM may go to another utterance's first piece)
     assert len(plain) == len(deferred) == 3  # seed 5: three pieces (random weights draw stop tokens early)
     for a, b in zip(plain, deferred):
         np.testing.assert_array_equal(a, b)
@@ -170,3 +171,49 @@ def test_batch_rows_checked_and_announced(caplog, engine_and_speaker):
         voice = LiveVoice(OnePiece(), None, batch_rows=4)
     assert voice.batch_rows == 1 and voice.flow_batching is None
     assert "--tts-batch 4 ignored" in caplog.text
+
+
+def test_a_first_piece_takes_the_lm_at_the_next_pause_of_a_long_hop():
+    """With --tts-batch the lane's lock is held for a piece's tokens; a deferred stream pauses every PAUSE_TOKENS
+    tokens, and LiveVoice gives the LM up there when an utterance's first piece waits (not before: no needless
+    turns). Fake engine: utterance A's second piece is 200 pauses long; B's first piece comes after a few of them."""
+    from digital_human.pipeline.live.voice import LiveVoice
+
+    pause = type("Pause", (), {"is_pause": True})()
+    log: list[str] = []
+    b_waiting = threading.Event()
+
+    class Engine:
+        name, sample_rate = "fake", 16000
+
+        def check_files(self) -> None:
+            pass
+
+        def set_flow_rows(self, rows: int) -> int:
+            return rows
+
+        def live_stream(self, text, speaker, language="auto", limits=None, deferred=False):
+            assert deferred
+            yield lambda: np.ones(10, np.float32)  # the first piece
+            if text == "B":
+                return
+            for k in range(200):  # a long hop: its tokens come with pauses between
+                log.append(f"A{k}")
+                if k == 5:
+                    b_waiting.set()  # B asks for its first piece now
+                    time.sleep(0.2)  # and is waiting on the lock by the next pause
+                yield pause
+            yield lambda: np.ones(10, np.float32)
+
+    voice = LiveVoice(Engine(), None, batch_rows=2)
+    assert voice.batch_rows == 2
+    a = voice.pieces("A")
+    next(a)
+    got: list = []
+    worker = threading.Thread(target=lambda: (b_waiting.wait(30), got.append(next(voice.pieces("B")).wave.size),
+                                               log.append("B")))
+    worker.start()
+    assert next(a).wave.size == 10  # A's second piece, after B's first
+    worker.join(30)
+    assert got == [10]
+    assert log.index("B") < 10, log[:12]  # B's first piece at one of A's next pauses, not after its 200

@@ -59,6 +59,20 @@ LIVE_HOP_TOKENS = 50
 HIFT_CONTEXT_FRAMES = 8  # mel frames of left context re-vocoded for each streamed piece (then dropped)
 
 
+class _Pause:
+    """What a deferred stream yields between pieces every PAUSE_TOKENS tokens (speak_stream): a point where its
+    consumer may let another utterance use the LM. Recognised by its `is_pause` attribute."""
+
+    is_pause = True
+
+    def __repr__(self) -> str:
+        return "PAUSE"
+
+
+PAUSE = _Pause()
+PAUSE_TOKENS = 16  # the device sampler's read-back block: the decoder's state is settled at least this often
+
+
 def max_piece_frames(lookahead: int, hop_tokens: int = max(LIVE_HOP_TOKENS, STREAM_HOP_TOKENS)) -> int:
     """The most mel frames one streamed piece vocodes (speak_stream): a hop's tokens and the lookahead's held-back
     frames (a chunk's last piece), 2 frames a token, plus the left context."""
@@ -399,7 +413,10 @@ class CosyVoice2Runtime:
 
         deferred: yield each piece as a function that makes its audio (flow + HiFT), called by the consumer before it
         asks for the next piece: live mode's --tts-batch holds the LM's lock for the tokens only, and makes the audio
-        outside it, so that other sessions' pieces reach the flow batcher at the same time. The same audio."""
+        outside it, so that other sessions' pieces reach the flow batcher at the same time. The same audio. A deferred
+        stream also yields PAUSE after every PAUSE_TOKENS tokens without a piece: there its consumer may give the LM to
+        an utterance whose first piece waits (LiveVoice does), instead of holding it for up to a whole hop (50 tokens);
+        the decoder parks and restores this generation's state (StaticDecoder.claim)."""
         if self.offload:
             raise ValueError("speak_stream keeps every network on the device; create the runtime without offload")
         x = self._inputs(text_ids, state)
@@ -438,10 +455,16 @@ class CosyVoice2Runtime:
                 return first
             return min(hop_tokens, max(first, sent // 2)) if first_hop_tokens else hop_tokens
 
+        quiet = 0  # tokens since the last piece or pause (deferred)
         for token in self._tokens(x, generator, **limits):
             tokens.append(token)
+            quiet += 1
             if 2 * (len(tokens) - lookahead) - sent >= 2 * hop():
+                quiet = 0
                 yield piece(False)
+            elif deferred and quiet >= PAUSE_TOKENS:
+                quiet = 0
+                yield PAUSE
         if tokens and 2 * len(tokens) > sent:
             yield piece(True)
 
@@ -565,7 +588,10 @@ class CosyVoice2Engine:
                                           **extra)
             for piece in pieces:  # each piece as soon as it is made (or, deferred, its tokens are)
                 lead, pause = pause, None
-                if deferred:
+                if getattr(piece, "is_pause", False):
+                    pause = lead  # not a piece: the chunk's pause waits for the next one
+                    yield piece
+                elif deferred:
                     yield piece if lead is None else (lambda audio=piece, lead=lead: np.concatenate([lead, audio()]))
                 else:
                     yield piece if lead is None else np.concatenate([lead, piece])

@@ -29,6 +29,11 @@ class FirstPiecesFirst:
         self._waiting: list[tuple[int, int]] = []  # heap of (priority, ticket)
         self._tickets = itertools.count()
 
+    def first_piece_waiting(self) -> bool:
+        """Whether an utterance's first piece (priority 0) waits for the lock now."""
+        with self._cv:
+            return bool(self._waiting) and self._waiting[0][0] == 0
+
     @contextmanager
     def hold(self, priority: int = 1) -> Iterator[None]:
         with self._cv:
@@ -242,13 +247,20 @@ class LiveVoice:
                                                  **hop)
             else:
                 stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
-            for i in itertools.count():
-                with lock.hold(0 if i == 0 else 1), self._on_lane(lane):  # per call: never across a yield
+            made = 0
+            while True:
+                with lock.hold(0 if made == 0 else 1), self._on_lane(lane):  # per call: never across a yield
                     wave = next(stream, None)
+                    # a deferred stream's pause (--tts-batch): the LM goes to a waiting first piece, else on
+                    while getattr(wave, "is_pause", False) and not lock.first_piece_waiting():
+                        wave = next(stream, None)
+                if getattr(wave, "is_pause", False):
+                    continue  # given up for a first piece; this utterance queues again at its own priority
                 if wave is None:
                     return
                 if callable(wave):  # deferred (--tts-batch): the audio made outside the lock, where the flow solves
                     wave = wave()   # of sessions whose tokens are ready meet in the flow batcher
+                made += 1
                 yield Piece(np.asarray(wave, np.float32))
         from ...text.chunking import split_first_piece, split_sentences
         from ...voice.tts import synthesize_speech
