@@ -1,0 +1,173 @@
+"""CosyVoice 2 live pieces, part by part, each against its baseline in the same process: HiFT eager vs replayed from
+its CUDA graph per piece length (engines/cosyvoice/hift_graph.py), and the flow's padded solve at 1 row vs several
+sessions' solves as rows of one (engines/cosyvoice/flow_batch.py, `serve --tts-batch`).
+
+Random-weight release of the released architecture (`--size full`; `reduced` for a CPU smoke run). Per HiFT length
+(mel frames of a live piece): median and min-max of --repeats calls after a warm-up call, eager and from the graph, with the same source
+draws, and the largest difference of their waveforms; the capture's time and the GPU memory the graphs reserve. Per
+row count: the solve's median time and the time per row against one row's (the batching's gain), and how far row 0
+of the batched solve is from its solve alone. The device is synchronised around every timed call.
+
+  python benchmarks/gpu_tts_pieces.py --device cuda --work /tmp/tts_pieces --out $OUT/gpu_tts_pieces.json
+  python benchmarks/gpu_tts_pieces.py --device cpu --size reduced --repeats 1 --lengths 8,16 --rows 1,2 \\
+      --flow-frames 64 --work /tmp/tts_pieces --out /tmp/tts_pieces.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bootstrap import import_pack  # noqa: E402
+
+import_pack()
+
+
+def _timed(fn, sync, repeats: int) -> tuple[dict, object]:
+    """(times of `repeats` calls after one untimed warm-up call, the last call's result)."""
+    times, out = [], fn()
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        out = fn()
+        sync()
+        times.append(1000 * (time.perf_counter() - t0))
+    return {"median_ms": round(statistics.median(times), 3), "min_ms": round(min(times), 3),
+            "max_ms": round(max(times), 3), "n": len(times)}, out
+
+
+def build_runtime(size: str, device: str, folder: Path):
+    from gpu_cosyvoice import release_yaml
+
+    from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath
+    from digital_human.engines.cosyvoice.random_release import write_random_release
+
+    if not (folder / "hift.pt").is_file():
+        text, qwen = release_yaml(size)
+        write_random_release(folder, text, qwen, seed=1234)
+    # the serving fast path on CUDA; on the CPU its padded solver in FP32 (no compile, no graphs)
+    fast = FastPath() if device.startswith("cuda") else FastPath(lm_compile=False, flow_half=False)
+    return CosyVoice2Runtime(folder, device, fast=fast)
+
+
+def hift_section(runtime, lengths: list[int], repeats: int, sync) -> dict:
+    import torch
+
+    from digital_human.engines.cosyvoice.hift import draw_source
+    from digital_human.engines.cosyvoice.hift_graph import HiftGraphs
+
+    cuda = runtime.device.type == "cuda"
+    graphs = HiftGraphs(runtime.hift)
+    reserved0 = torch.cuda.memory_reserved(runtime.device) if cuda else 0
+    sync()
+    t0 = time.perf_counter()
+    captured = graphs.prepare(max(lengths))
+    sync()
+    out = {"graphs": captured, "capture_s": round(time.perf_counter() - t0, 2),
+           "graphs_reserved_mib": round((torch.cuda.memory_reserved(runtime.device) - reserved0) / 2 ** 20, 1)
+           if cuda else None, "lengths": {}}
+    g = torch.Generator().manual_seed(0)
+    cfg = runtime.hift.cfg
+    for frames in lengths:
+        mel = (torch.randn(1, cfg.in_channels, frames, generator=g) - 4.0).to(runtime.device)
+
+        def draws():
+            return draw_source(torch.Generator().manual_seed(frames), frames, 1, cfg.nb_harmonics,
+                               graphs.samples_per_frame)
+
+        with torch.inference_mode():
+            eager, wave_eager = _timed(lambda: runtime.hift.inference(mel, draws=draws()), sync, repeats)
+            graph, wave_graph = _timed(lambda: graphs(mel, draws()), sync, repeats)
+        out["lengths"][str(frames)] = {
+            "eager": eager, "graph": graph,
+            "speedup": round(eager["median_ms"] / max(graph["median_ms"], 1e-9), 2),
+            "max_abs_diff": float((wave_eager.float() - wave_graph.float()).abs().max())}
+    out["replays"], out["eager_calls"] = graphs.replays, graphs.eager
+    return out
+
+
+def flow_section(runtime, rows_list: list[int], frames: int, repeats: int, sync) -> dict:
+    import torch
+
+    solver = runtime._flow_solver()
+    flow = runtime.models.flow
+    steps, spk_dim = flow.cfg.timesteps, flow.spk_embed_affine_layer.out_features
+    padded = -(-frames // solver.bucket) * solver.bucket
+    g = torch.Generator().manual_seed(1)
+    top = max(rows_list)
+    mu = torch.randn(top, 80, padded, generator=g).to(runtime.device)
+    cond = torch.randn(top, 80, padded, generator=g).to(runtime.device)
+    spks = torch.randn(top, spk_dim, generator=g).to(runtime.device)
+    mask = torch.ones(top, 1, padded, device=runtime.device)
+    mask[1:, :, frames // 2:] = 0  # the other rows shorter: padding inside a row, as sessions' pieces differ
+    out = {"frames": frames, "padded": padded, "steps": steps, "rows": {}}
+    alone = None
+    for rows in rows_list:
+        sync()
+        t0 = time.perf_counter()
+        solver.prepare(padded, steps, spk_dim, rows=(rows,))
+        sync()
+        capture_s = time.perf_counter() - t0
+        with torch.inference_mode():
+            stats, x = _timed(lambda: solver.solve_rows(mu[:rows], mask[:rows], spks[:rows], cond[:rows], steps), sync,
+                              repeats)
+        if rows == 1:
+            alone = x
+        row = {**stats, "capture_s": round(capture_s, 2), "ms_per_row": round(stats["median_ms"] / rows, 3)}
+        if alone is not None:
+            row["row0_max_abs_diff_vs_alone"] = float((x[:1].float() - alone.float()).abs().max())
+        out["rows"][str(rows)] = row
+    base = out["rows"].get("1")
+    if base:
+        for row in out["rows"].values():
+            row["throughput_vs_1_row"] = round(base["median_ms"] / max(row["ms_per_row"], 1e-9), 2)
+    out["graphs"] = len(solver.graphs)
+    return out
+
+
+def main() -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--work", required=True, help="folder for the random-weight release (kept between runs)")
+    parser.add_argument("--size", choices=("full", "reduced"), default="full")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--lengths", default="16,24,40,72,108,114", help="HiFT mel lengths (live pieces: the "
+                        "first 16, then 8 frames of context + 2 a token: 24, 40, 72, 108; 114 the longest)")
+    parser.add_argument("--rows", default="1,2,4,8", help="flow solve row counts (--tts-batch's sizes)")
+    parser.add_argument("--flow-frames", type=int, default=400, help="a piece's flow length (prompt + tokens so "
+                        "far, 2 frames a token)")
+    parser.add_argument("--sections", default="hift,flow")
+    parser.add_argument("--commit", default=os.environ.get("DH_COMMIT", ""))
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    report = {"benchmark": "gpu_tts_pieces", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "commit": args.commit, "size": args.size, "device": args.device,
+              "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+              "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count()}
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    runtime = build_runtime(args.size, args.device, work / f"cosyvoice2_{args.size}")
+    sections = set(args.sections.split(","))
+    if "hift" in sections:
+        report["hift"] = hift_section(runtime, [int(v) for v in args.lengths.split(",")], args.repeats, sync)
+        print(json.dumps({"hift": {k: v for k, v in report["hift"].items() if k != "lengths"}}), flush=True)
+    if "flow" in sections:
+        report["flow"] = flow_section(runtime, [int(v) for v in args.rows.split(",")], args.flow_frames, args.repeats,
+                                      sync)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

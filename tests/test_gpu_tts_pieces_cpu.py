@@ -1,0 +1,33 @@
+"""benchmarks/gpu_tts_pieces.py's CPU smoke run (reduced release): both sections run and report every part, the HiFT
+graphs' path (eager on the CPU) gives the eager vocoder's waveform and a batched flow row its solve alone. The GPU
+figures come from the H200 run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="CosyVoice 2 needs the optional extra: pip install .[cosyvoice]")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tts_pieces_benchmark_runs_on_the_cpu(tmp_path):
+    out = tmp_path / "pieces.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_tts_pieces.py"), "--device", "cpu", "--size", "reduced",
+           "--repeats", "1", "--lengths", "4,9", "--rows", "1,2", "--flow-frames", "40", "--work", str(tmp_path / "w"),
+           "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    hift = report["hift"]
+    assert hift["graphs"] == 0 and hift["graphs_reserved_mib"] is None  # the CPU: no CUDA graphs
+    assert sorted(hift["lengths"]) == ["4", "9"]
+    for row in hift["lengths"].values():
+        assert row["eager"]["n"] == row["graph"]["n"] == 1 and row["max_abs_diff"] < 1e-4
+    flow = report["flow"]
+    assert flow["padded"] % 16 == 0 and sorted(flow["rows"]) == ["1", "2"]
+    assert flow["rows"]["2"]["row0_max_abs_diff_vs_alone"] < 1e-4 and flow["rows"]["1"]["throughput_vs_1_row"] == 1.0
