@@ -63,7 +63,9 @@ def test_pieces_from_graphs_equal_hift_inference(hift, monkeypatch):
         want = hift.inference(mel, generator=torch.Generator().manual_seed(frames))
         got = graphs(mel, draw_source(torch.Generator().manual_seed(frames), frames, 1, harmonics))
         assert got.shape == want.shape == (1, frames * graphs.samples_per_frame)
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        # the DFT-matrix STFT/iSTFT round differently from cuFFT/pocketfft, and random weights amplify it (the
+        # magnitude is exp of a conv output): up to ~1e-4 on a waveform in [-0.99, 0.99], -80 dB
+        torch.testing.assert_close(got, want, atol=5e-4, rtol=0)
     assert graphs.replays == 3 and graphs.eager == 1
     with pytest.raises(ValueError, match="one mel at a time"):
         graphs(torch.zeros(2, 80, 3), draw_source(None, 3, 2, harmonics))
@@ -95,7 +97,7 @@ def test_live_pieces_with_hift_graphs_equal_pieces_without(release, monkeypatch)
     graphed = pieces()
     assert len(graphed) == len(eager) >= 4
     for a, b in zip(graphed, eager):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+        np.testing.assert_allclose(a, b, atol=5e-4)  # as above
     assert runtime._hift_graphs.replays == len(eager) and runtime._hift_graphs.eager == 0
 
 
@@ -113,3 +115,15 @@ def test_a_failed_capture_is_announced_and_the_pieces_stay_eager(release, monkey
     assert runtime._hift_graphs is None and "vocoded eagerly" in caplog.text
     mel = torch.zeros(1, 80, 4)
     assert runtime._wave(mel, torch.Generator().manual_seed(0)).shape == (1, 4 * 480)  # the eager vocoder
+
+
+def test_framed_stft_equals_torch_stft():
+    g = torch.Generator().manual_seed(1)
+    window = torch.hann_window(16, periodic=True)
+    for length in (480, 4801, 24000):
+        x = torch.randn(2, length, generator=g)
+        spec = torch.view_as_real(torch.stft(x, 16, 4, 16, window=window, return_complex=True))
+        want = torch.cat([spec[..., 0], spec[..., 1]], dim=1)
+        got = hg.framed_stft(x, 16, 4, window)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)

@@ -27,7 +27,7 @@ def test_tts_pieces_benchmark_runs_on_the_cpu(tmp_path):
     assert hift["graphs"] == 0 and hift["graphs_reserved_mib"] is None  # the CPU: no CUDA graphs
     assert sorted(hift["lengths"]) == ["4", "9"]
     for row in hift["lengths"].values():
-        assert row["eager"]["n"] == row["graph"]["n"] == 1 and row["max_abs_diff"] < 1e-4
+        assert row["eager"]["n"] == row["graph"]["n"] == 1 and row["max_abs_diff"] < 1e-3  # DFT matrices vs FFT
     flow = report["flow"]
     assert flow["padded"] % 16 == 0 and sorted(flow["rows"]) == ["1", "2"]
     assert flow["rows"]["2"]["row0_max_abs_diff_vs_alone"] < 1e-4 and flow["rows"]["1"]["throughput_vs_1_row"] == 1.0

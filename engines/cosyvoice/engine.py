@@ -111,8 +111,9 @@ class FastPath:
       in the same order (hift.draw_source): the same numbers, the generator left in the same state.
       `speak` only (streamed pieces draw as they go).
     hift_graph: live mode's pieces vocoded from CUDA graphs, one per mel length up to the longest live piece,
-      captured by prepare_live (hift_graph.HiftGraphs: source draws made on the host, an iSTFT without a host
-      sync; the same audio to rounding); longer mels, offline `speak` and hift_half run eagerly.
+      captured by prepare_live (hift_graph.HiftGraphs: source draws made on the host, STFT and iSTFT as DFT
+      matrix products; within ~3e-4 of the eager waveform on the CPU); longer mels and hift_half run eagerly
+      (offline `speak` too, unless prepare_live ran in the process and the mel is as short as a live piece).
     """
 
     lm_graph: bool = True

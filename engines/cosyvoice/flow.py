@@ -382,6 +382,7 @@ class FastCFM:
         self.estimator = estimator if estimator is not None else \
             copy.deepcopy(decoder.estimator).to(dtype).requires_grad_(False)
         self.noise, self.cfg_rate, self.bucket = decoder.noise, decoder.cfg_rate, int(bucket)
+        self._noise_on: dict[tuple, torch.Tensor] = {}  # the noise per (device, dtype): a host copy each solve syncs
         device = next(self.estimator.parameters()).device
         self.use_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
         self.graphs: dict[tuple[int, int], tuple[Callable[[], None], dict[str, torch.Tensor], torch.Tensor]] = {}
@@ -447,7 +448,10 @@ class FastCFM:
     def _noise(self, rows: int, padded: int, like: torch.Tensor) -> torch.Tensor:
         """The start noise of `rows` solves padded to `padded` frames: every row the decoder's one noise, so a
         row's frames start where a solve of that row alone starts."""
-        return self.noise[:, :, :padded].to(like).expand(rows, -1, -1).contiguous()
+        key = (like.device, like.dtype)
+        if key not in self._noise_on:  # once: the decoder's noise lives on the host
+            self._noise_on[key] = self.noise.to(device=like.device, dtype=like.dtype)
+        return self._noise_on[key][:, :, :padded].expand(rows, -1, -1).contiguous()
 
     @torch.inference_mode()
     def __call__(self, mu: torch.Tensor, mask: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor,
@@ -480,7 +484,8 @@ class FastCFM:
             if stream is not None and self._done is not None:
                 stream.wait_event(self._done)  # the previous call's clone, whatever stream it was queued on
             for name, value in inputs.items():
-                static[name].copy_(value)
+                if name != "x":  # the start noise: the same constant the graph was captured with, never written
+                    static[name].copy_(value)
             replay()
             result = out.clone()
             if stream is not None:
@@ -511,8 +516,12 @@ def capture_graph(run: Callable[[], torch.Tensor], device: torch.device, pool: A
         with torch.cuda.stream(stream):
             run()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
-            out = run()
+        try:
+            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+                out = run()
+        finally:  # a capture that fails in capture_end leaves torch.cuda.graph's stream current: back to the caller's
+            if torch.cuda.current_stream(device) != current:
+                torch.cuda.set_stream(current)
         current.wait_stream(stream)
     return graph.replay, out
 

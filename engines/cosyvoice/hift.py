@@ -123,6 +123,8 @@ def draw_source(generator: torch.Generator | None, frames: int, batch: int = 1, 
     on the critical path. pin: page-locked, so the copy to the GPU does not block the host."""
     channels, samples = harmonics + 1, frames * samples_per_frame
     start = torch.rand(batch, channels, generator=generator)
+    if pin and torch.cuda.is_available():  # copied to the device without a sync (hift_graph's copy-in)
+        start = start.pin_memory()
     # the excitation's layout: [B, channels, samples] contiguous, viewed as [B, samples, channels]
     draw = torch.empty(batch, channels, samples).transpose(1, 2)
     if pin and torch.cuda.is_available():
@@ -186,13 +188,17 @@ class HiFT(nn.Module):
                              persistent=False)
         self.f0_predictor = F0Predictor(cfg.in_channels, cfg.f0_channels)
 
-    def _decode(self, mel: torch.Tensor, source: torch.Tensor, istft: Any = None) -> torch.Tensor:
-        """istft: torch.istft's stand-in with its positional signature (hift_graph.overlap_add_istft: no host sync,
-        for CUDA graphs); None = torch.istft."""
+    def _decode(self, mel: torch.Tensor, source: torch.Tensor, istft: Any = None, stft: Any = None) -> torch.Tensor:
+        """istft: torch.istft's stand-in with its positional signature; stft: (signal [B, L], n_fft, hop, window) ->
+        the real and imaginary rows [B, 2 * (n_fft // 2 + 1), frames] (hift_graph's, for CUDA graphs: no host sync,
+        no cuFFT plan); None = torch's."""
         cfg = self.cfg
-        spec = torch.view_as_real(torch.stft(source.squeeze(1), cfg.n_fft, cfg.hop_len, cfg.n_fft,
-                                             window=self.window, return_complex=True))
-        s_stft = torch.cat([spec[..., 0], spec[..., 1]], dim=1)
+        if stft is not None:
+            s_stft = stft(source.squeeze(1), cfg.n_fft, cfg.hop_len, self.window)
+        else:
+            spec = torch.view_as_real(torch.stft(source.squeeze(1), cfg.n_fft, cfg.hop_len, cfg.n_fft,
+                                                 window=self.window, return_complex=True))
+            s_stft = torch.cat([spec[..., 0], spec[..., 1]], dim=1)
         x = self.conv_pre(mel)
         kernels = len(cfg.resblock_kernel_sizes)
         for i, up in enumerate(self.ups):

@@ -11,7 +11,11 @@ eagerly. What a graph cannot hold is worked around, with the same numbers:
 - the sine source's random numbers are drawn on the host beforehand (hift.draw_source, the same values and
   generator state as the inline draws) and copied into the graph's inputs;
 - torch.istft checks its window's overlap on the host (a device sync, not allowed while capturing), so the graphs
-  use overlap_add_istft, the same inverse written as an inverse FFT and an overlap-add (equal to rounding).
+  use overlap_add_istft, the same inverse written as a DFT matrix product and an overlap-add; and the forward STFT
+  is framed_stft, a DFT matrix product over the frames (equal to rounding: FP32 matrix products, TF32 off by
+  default). Why no cuFFT inside a graph: a captured FFT keeps using its plan's workspace, and torch's plan cache
+  (4,096 plans, least recently used out first) may destroy that plan while the graph lives - replays never touch
+  it, and the live talking head's log-mel makes a plan per piece length.
 """
 from __future__ import annotations
 
@@ -29,14 +33,49 @@ from .hift import HiFT, SourceDraws
 log = logging.getLogger("digital_human.cosyvoice")
 
 
+_BASES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _dft_bases(n_fft: int, window: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(analysis [2 * bins, n_fft]: windowed cos and -sin rows, as torch.stft's real and imaginary parts;
+    synthesis [n_fft, 2 * bins]: irfft's weights on the real and imaginary parts, DC and Nyquist once, the others
+    twice, over n_fft), made in float64 and kept per window tensor: made on a graph's warm-up call, read by its
+    capture (a host-to-device copy cannot be captured)."""
+    key = (int(n_fft), window.device, window.dtype, window.data_ptr())
+    if key not in _BASES:
+        n = torch.arange(n_fft, dtype=torch.float64)
+        bins = n_fft // 2 + 1
+        angle = 2 * np.pi * torch.arange(bins, dtype=torch.float64)[:, None] * n[None, :] / n_fft  # [bins, n_fft]
+        w = window.detach().to("cpu", torch.float64)
+        analysis = torch.cat([torch.cos(angle) * w, -torch.sin(angle) * w])
+        weight = torch.full((bins, 1), 2.0, dtype=torch.float64)
+        weight[0] = 1.0
+        if n_fft % 2 == 0:
+            weight[-1] = 1.0
+        synthesis = torch.cat([weight * torch.cos(angle), -weight * torch.sin(angle)]).T / n_fft
+        _BASES[key] = (analysis.to(window.device, window.dtype), synthesis.to(window.device, window.dtype))
+    return _BASES[key]
+
+
+def framed_stft(signal: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor) -> torch.Tensor:
+    """torch.stft(signal [B, L], n_fft, hop, n_fft, window, center=True, reflect padding) as [B, 2 * bins, frames]:
+    the real parts' rows, then the imaginary parts' (HiFT's s_stft layout)."""
+    analysis, _ = _dft_bases(n_fft, window)
+    padded = F.pad(signal[:, None], (n_fft // 2, n_fft // 2), mode="reflect")[:, 0]
+    frames = padded.unfold(-1, n_fft, hop)  # [B, frames, n_fft]
+    return torch.matmul(frames, analysis.T).transpose(1, 2)
+
+
 def overlap_add_istft(spec: torch.Tensor, n_fft: int, hop: int, n_fft_win: int, window: torch.Tensor) -> torch.Tensor:
     """torch.istft(spec, n_fft, hop, n_fft_win, window=window) for a onesided complex spec [B, n_fft//2+1, frames]
-    with center=True, without its host-side check: frames by inverse real FFT, windowed, overlapped and added
+    with center=True, without its host-side check: frames by the inverse DFT's matrix, windowed, overlapped and added
     (F.fold), divided by the summed squared window, the centre padding cut. Signature as HiFT._decode calls it."""
     if n_fft_win != n_fft or window.numel() != n_fft:
         raise ValueError("overlap_add_istft takes a window as long as n_fft")
     frames = spec.shape[-1]
-    chunks = torch.fft.irfft(spec, n=n_fft, dim=1) * window.view(1, -1, 1)  # [B, n_fft, frames]
+    _, synthesis = _dft_bases(n_fft, window)
+    parts = torch.cat([spec.real, spec.imag], dim=1)  # [B, 2 * bins, frames]
+    chunks = torch.matmul(synthesis, parts) * window.view(1, -1, 1)  # [B, n_fft, frames]
     length = n_fft + hop * (frames - 1)
     fold = lambda x: F.fold(x, output_size=(1, length), kernel_size=(1, n_fft), stride=(1, hop))  # noqa: E731
     wave = fold(chunks).reshape(spec.shape[0], length)
@@ -77,7 +116,7 @@ class HiftGraphs:
         f0 = hift.f0_predictor(mel)
         f0_audio = F.interpolate(f0[:, None], scale_factor=float(hift.upsample_total), mode="nearest").transpose(1, 2)
         source = hift.m_source(f0_audio, None, SourceDraws(start=start, noise=noise)).transpose(1, 2)
-        return hift._decode(mel, source, istft=overlap_add_istft)
+        return hift._decode(mel, source, istft=overlap_add_istft, stft=framed_stft)
 
     def _static(self, frames: int) -> dict[str, torch.Tensor]:
         channels, samples = self.cfg.nb_harmonics + 1, frames * self.samples_per_frame
@@ -127,7 +166,7 @@ class HiftGraphs:
             if stream is not None and self._done is not None:
                 stream.wait_event(self._done)
             static["mel"].copy_(mel)
-            static["start"].copy_(draws.start)
+            static["start"].copy_(draws.start, non_blocking=draws.start.is_pinned())
             static["noise"].copy_(draws.noise, non_blocking=draws.noise.is_pinned())
             replay()
             result = out.clone()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -384,6 +385,9 @@ class StaticDecoder:
         # piece at a time): the one whose state the buffers hold, the others' state parked (claim)
         self.used = 0  # cache slots holding this generation's keys/values (prompt + steps), host-side
         self._owner: Any = None  # weakref to the _Generation whose state the buffers hold
+        # claim and release from different threads (a live stream closed on its session's thread while another
+        # generation claims under the voice's lock): their bookkeeping one at a time
+        self._turns = threading.Lock()
         self._parked: "weakref.WeakKeyDictionary[_Generation, dict]" = weakref.WeakKeyDictionary()
         # static_prefill: the prompt through the decoder's own forward at PREFILL_BUCKET-padded lengths (CUDA graphs
         # per length from prepare_prefill) instead of transformers' eager forward (PREFILL_ENV; default: CUDA only)
@@ -455,21 +459,23 @@ class StaticDecoder:
         sampler state). Free when one generation runs alone. Not thread-safe: callers hold one lock around every
         use of the decoder (live: the voice's), and every generation's work is read back (synchronised) before
         it is suspended, so the buffers are settled when another claims them."""
-        owner = self._owner() if self._owner is not None else None
-        if owner is generation:
-            return
-        if owner is not None:
-            self._parked[owner] = self._park()
-        saved = self._parked.pop(generation, None)
-        if saved is not None:
-            self._restore(saved)
-        self._owner = weakref.ref(generation)
+        with self._turns:
+            owner = self._owner() if self._owner is not None else None
+            if owner is generation:
+                return
+            if owner is not None:
+                self._parked[owner] = self._park()
+            saved = self._parked.pop(generation, None)
+            if saved is not None:
+                self._restore(saved)
+            self._owner = weakref.ref(generation)
 
     def release(self, generation: Any) -> None:
         """`generation` has ended: nothing of it is parked or kept."""
-        self._parked.pop(generation, None)
-        if self._owner is not None and self._owner() is generation:
-            self._owner = None
+        with self._turns:
+            self._parked.pop(generation, None)
+            if self._owner is not None and self._owner() is generation:
+                self._owner = None
 
     def _park(self) -> dict:
         n = max(0, min(int(self.used), self.capacity))
