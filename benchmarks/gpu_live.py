@@ -32,7 +32,8 @@ On a GPU machine without network (the 2026-12-03 runs): carry the speaker state,
 folder (`digital-human setup`'s models/face) and wheels of what the image lacks (av, diffusers, importlib_metadata,
 soxr, for cp312), install the wheels with `pip install --no-index --no-deps --target /tmp/site`, and run
 `--state S.npz --face F.jpg --face-models FACE_DIR --work /tmp/fresh_dir` (`--face-models` is the face folder
-itself, linked as <work>/models/face; a reused --work keeps its old link).
+itself, linked as <work>/models/face; a reused --work keeps its old link). `tools/device_carry.py FOLDER` makes that
+folder (41.7 MiB on 2026-12-04).
 
 --tts-profile N / --face-profile N time the first TTS piece and a piece's first frame by part before the sessions
 (report["tts_profile"], report["face_profile"]); --phases none measures no sessions. Each session's TTS and face

@@ -217,3 +217,12 @@ def test_a_first_piece_takes_the_lm_at_the_next_pause_of_a_long_hop():
     worker.join(30)
     assert got == [10]
     assert log.index("B") < 10, log[:12]  # B's first piece at one of A's next pauses, not after its 200
+
+
+def test_serve_refuses_a_bad_batch_before_any_model_loads(capsys, data_dir):
+    from digital_human.cli import main
+
+    face = str(data_dir / "image" / "face_01_female.jpg")
+    code = main(["serve", "--base-voice", "auto", "--face", face, "--tts-batch", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--tts-batch must be at least 1, got 0" in err, err[-400:]
