@@ -67,7 +67,7 @@ def hift_section(runtime, lengths: list[int], repeats: int, sync) -> dict:
     reserved0 = torch.cuda.memory_reserved(runtime.device) if cuda else 0
     sync()
     t0 = time.perf_counter()
-    captured = graphs.prepare(max(lengths))
+    captured = graphs.prepare(lengths)
     sync()
     out = {"graphs": captured, "capture_s": round(time.perf_counter() - t0, 2),
            "graphs_reserved_mib": round((torch.cuda.memory_reserved(runtime.device) - reserved0) / 2 ** 20, 1)

@@ -55,7 +55,8 @@ def test_overlap_add_istft_equals_torch_istft():
 def test_pieces_from_graphs_equal_hift_inference(hift, monkeypatch):
     monkeypatch.setattr(hg, "_capture", _fake_capture)
     graphs = hg.HiftGraphs(hift, cuda_graph=True)
-    assert graphs.prepare(6) == 6 and sorted(graphs.graphs) == [1, 2, 3, 4, 5, 6]
+    assert graphs.prepare(range(1, 7)) == 6 and sorted(graphs.graphs) == [1, 2, 3, 4, 5, 6]
+    assert graphs.covers(6) and not graphs.covers(9)
     g = torch.Generator().manual_seed(3)
     harmonics = hift.cfg.nb_harmonics
     for frames in (6, 2, 6, 9):  # 9: longer than prepared, eager
@@ -74,7 +75,7 @@ def test_pieces_from_graphs_equal_hift_inference(hift, monkeypatch):
 def test_live_pieces_with_hift_graphs_equal_pieces_without(release, monkeypatch):
     """speak_stream's pieces through the runtime's HiftGraphs (as prepare_live makes them on CUDA) against the eager
     vocoder: the same audio to rounding, every piece served from a graph."""
-    from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath, max_piece_frames
+    from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath, live_piece_frames
 
     monkeypatch.setattr(hg, "_capture", _fake_capture)
     runtime = CosyVoice2Runtime(release, "cpu", fast=FastPath(lm_compile=False, flow_half=False))
@@ -90,10 +91,9 @@ def test_live_pieces_with_hift_graphs_equal_pieces_without(release, monkeypatch)
                                          torch.Generator().manual_seed(1), hop_tokens=16, first_hop_tokens=8))
 
     eager = pieces()
-    lookahead = runtime.models.flow.cfg.pre_lookahead_len
     runtime._hift_graphs = hg.HiftGraphs(runtime.hift, cuda_graph=True)
-    top = max_piece_frames(lookahead, 16)
-    assert runtime._hift_graphs.prepare(top) == top == 2 * (16 + lookahead) + 8
+    lengths = live_piece_frames(8, 16)  # hops of 8, 8, 16, 16, ...: every piece within the first 48 lengths
+    assert runtime._hift_graphs.prepare(lengths) == len(lengths) == 48
     graphed = pieces()
     assert len(graphed) == len(eager) >= 4
     for a, b in zip(graphed, eager):
@@ -127,3 +127,13 @@ def test_framed_stft_equals_torch_stft():
         got = hg.framed_stft(x, 16, 4, window)
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+
+
+def test_live_piece_lengths_follow_the_hop_schedule():
+    """The live hops (8, 8, 16, 32, 50, 50, ... tokens; later chunks 50 from the start) vocode 16, 24, 40, 72, 108,
+    108, ... and 100 frames (2 a token, 8 of left context after the first piece): graphs for those and every length up
+    to 48 (short texts' only pieces and chunks' last pieces)."""
+    from digital_human.engines.cosyvoice.engine import SHORT_PIECE_FRAMES, live_piece_frames
+
+    lengths = live_piece_frames()
+    assert lengths == list(range(1, SHORT_PIECE_FRAMES + 1)) + [72, 100, 108]

@@ -73,10 +73,34 @@ PAUSE = _Pause()
 PAUSE_TOKENS = 16  # the device sampler's read-back block: the decoder's state is settled at least this often
 
 
-def max_piece_frames(lookahead: int, hop_tokens: int = max(LIVE_HOP_TOKENS, STREAM_HOP_TOKENS)) -> int:
-    """The most mel frames one streamed piece vocodes (speak_stream): a hop's tokens and the lookahead's held-back
-    frames (a chunk's last piece), 2 frames a token, plus the left context."""
-    return 2 * (int(hop_tokens) + int(lookahead)) + HIFT_CONTEXT_FRAMES
+def next_hop(sent: int, first: int, hop_tokens: int, growing: bool) -> int:
+    """speak_stream's tokens before its next piece, `sent` mel frames already vocoded. After a short first piece
+    (growing) the hops grow with the speech sent, up to hop_tokens: 8, 8, 16, 25, ... (live: 8, 8, 16, 32, 50, ...) -
+    the second piece must come before the first has been played, and a whole hop_tokens after a 0.32-s first piece
+    would leave the talking head waiting."""
+    if not sent:
+        return first
+    return min(hop_tokens, max(first, sent // 2)) if growing else hop_tokens
+
+
+SHORT_PIECE_FRAMES = 48  # HiFT graphs for every piece length up to this: a short utterance's one piece, early pieces
+
+
+def live_piece_frames(first_hop: int = FIRST_HOP_TOKENS, hop_tokens: int = LIVE_HOP_TOKENS,
+                      speech_tokens: int = 500) -> list[int]:
+    """The mel lengths live pieces are vocoded at, for HiFT's graphs (hift_graph.HiftGraphs): every length up to
+    SHORT_PIECE_FRAMES (a text's only or last piece when short, and the first pieces), and the lengths of the later
+    hops of a chunk of up to `speech_tokens` (a text's first chunk from `first_hop`, later chunks whole hops from the
+    start; 2 frames a token, with HIFT_CONTEXT_FRAMES of left context). A chunk's last piece longer than
+    SHORT_PIECE_FRAMES (once per chunk) is vocoded eagerly. Default: 51 lengths."""
+    lengths = set(range(1, SHORT_PIECE_FRAMES + 1))
+    for first, growing in ((int(first_hop), True), (int(hop_tokens), False)):
+        sent = 0
+        while sent < 2 * speech_tokens:
+            end = sent + 2 * next_hop(sent, first, int(hop_tokens), growing)
+            lengths.add(end - max(0, sent - HIFT_CONTEXT_FRAMES))
+            sent = end
+    return sorted(lengths)
 
 
 @dataclass(frozen=True)
@@ -110,10 +134,10 @@ class FastPath:
       CPU loop of ~50 ms) drawn in a background thread while the GPU runs the flow, from the same generator
       in the same order (hift.draw_source): the same numbers, the generator left in the same state.
       `speak` only (streamed pieces draw as they go).
-    hift_graph: live mode's pieces vocoded from CUDA graphs, one per mel length up to the longest live piece,
-      captured by prepare_live (hift_graph.HiftGraphs: source draws made on the host, STFT and iSTFT as DFT
-      matrix products; within ~3e-4 of the eager waveform on the CPU); longer mels and hift_half run eagerly
-      (offline `speak` too, unless prepare_live ran in the process and the mel is as short as a live piece).
+    hift_graph: live mode's pieces vocoded from CUDA graphs, one per mel length live pieces have (live_piece_frames:
+      51), captured by prepare_live (hift_graph.HiftGraphs: source draws made on the host, STFT and iSTFT as DFT
+      matrix products; within ~3e-4 of the eager waveform on the CPU); other lengths and hift_half run eagerly
+      (offline `speak` too, unless prepare_live ran in the process and the mel has a live piece's length).
     """
 
     lm_graph: bool = True
@@ -320,7 +344,7 @@ class CosyVoice2Runtime:
 
         graphs = self._hift_graphs or HiftGraphs(self.hift)
         try:
-            count = graphs.prepare(max_piece_frames(self.models.flow.cfg.pre_lookahead_len))
+            count = graphs.prepare(live_piece_frames())
         except Exception as exc:  # noqa: BLE001 - any capture failure: the eager vocoder still works
             log.warning("CosyVoice 2: HiFT's CUDA graphs could not be captured (%s); live pieces are vocoded eagerly "
                         "(%s=0 skips the attempt)", exc, HIFT_GRAPHS_ENV)
@@ -350,7 +374,7 @@ class CosyVoice2Runtime:
 
     def _wave(self, mel: torch.Tensor, generator: torch.Generator, draws: SourceDraws | None = None) -> torch.Tensor:
         graphs = self._hift_graphs
-        if graphs is not None and mel.shape[2] <= graphs.prepared:  # a live piece: replayed (prepare_live)
+        if graphs is not None and graphs.covers(int(mel.shape[2])):  # a live piece: replayed (prepare_live)
             if draws is None:
                 cfg = self.hift.cfg
                 draws = draw_source(generator, int(mel.shape[2]), 1, cfg.nb_harmonics, graphs.samples_per_frame,
@@ -449,12 +473,7 @@ class CosyVoice2Runtime:
             limits = {**limits, "first_readback": first + lookahead}
 
         def hop() -> int:
-            """Tokens before the next piece. After a short first piece the hops grow (the tokens sent so far, up to
-            hop_tokens): 8, 8, 16, 25, ... (live: 8, 8, 16, 32, 50, ...) - the second piece must come before the first has been played, and a
-            whole hop_tokens after a 0.32-s first piece would leave the talking head waiting."""
-            if not sent:
-                return first
-            return min(hop_tokens, max(first, sent // 2)) if first_hop_tokens else hop_tokens
+            return next_hop(sent, first, hop_tokens, bool(first_hop_tokens))
 
         quiet = 0  # tokens since the last piece or pause (deferred)
         for token in self._tokens(x, generator, **limits):

@@ -6,8 +6,8 @@ behind the other threads' for the interpreter lock (benchmarks/RESULTS_live.md, 
 the samples of the one TTS lane that could not keep up). Replayed from a graph a piece is one launch.
 
 Live pieces have few lengths (HIFT_CONTEXT_FRAMES of left context + twice the hop's tokens; a chunk's last piece
-anything up to a hop), so `prepare` captures every length up to the longest piece at warm-up; a longer mel runs
-eagerly. What a graph cannot hold is worked around, with the same numbers:
+anything up to a hop), so `prepare` captures those at warm-up (engine.live_piece_frames: every length up to 48
+frames and the later hops'); another length runs eagerly. What a graph cannot hold is worked around, with the same numbers:
 - the sine source's random numbers are drawn on the host beforehand (hift.draw_source, the same values and
   generator state as the inline draws) and copied into the graph's inputs;
 - torch.istft checks its window's overlap on the host (a device sync, not allowed while capturing), so the graphs
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -102,9 +102,9 @@ class HiftGraphs:
         self.cfg = hift.cfg
         self.samples_per_frame = int(np.prod(self.cfg.upsample_rates)) * self.cfg.hop_len
         self.graphs: dict[int, tuple[Callable[[], None], dict[str, torch.Tensor], torch.Tensor]] = {}
-        self.prepared = 0  # the longest mel prepare() covered
+        self.prepared: set[int] = set()  # the mel lengths prepare() captured
         self.replays = 0   # pieces served from a graph
-        self.eager = 0     # pieces run eagerly (longer than prepared)
+        self.eager = 0     # pieces run eagerly (a length not prepared)
         self._pool: Any = None
         self._stream: Any = None
         self._lock = threading.Lock()  # one replay at a time: the graphs share their memory pool and inputs
@@ -140,15 +140,20 @@ class HiftGraphs:
         return self.graphs[frames]
 
     @torch.inference_mode()
-    def prepare(self, max_frames: int) -> int:
-        """Capture the graph of every mel length 1..max_frames now (longest first: the shared pool is sized by the
-        first); returns how many exist. Nothing without graphs."""
+    def prepare(self, lengths: Iterable[int]) -> int:
+        """Capture the graph of every mel length in `lengths` now (longest first: the shared pool is sized by the
+        first); returns how many exist. Nothing without graphs. Why not every length up to the longest piece: each
+        capture costs a warm-up call and torch.cuda.graph's own gc.collect and empty_cache (server start time)."""
         if not self.use_graph:
             return 0
-        for frames in range(int(max_frames), 0, -1):
+        for frames in sorted({int(n) for n in lengths}, reverse=True):
             self._graph(frames)
-        self.prepared = max(self.prepared, int(max_frames))
+            self.prepared.add(frames)
         return len(self.graphs)
+
+    def covers(self, frames: int) -> bool:
+        """Whether a mel of `frames` frames replays a graph prepare() captured."""
+        return frames in self.prepared
 
     @torch.inference_mode()
     def __call__(self, mel: torch.Tensor, draws: SourceDraws) -> torch.Tensor:
