@@ -60,7 +60,10 @@ def test_build_live_hands_the_choice_to_the_face_and_the_voice(monkeypatch):
     monkeypatch.setattr(engines, "engine_options", lambda name, fast: {"asked": (name, fast)})
     live_run.build_live(_args("--engine", "kokoro"))
     assert made["face"]["fast_path"] is True
-    assert made["voice"] == ("kokoro", {"engine_options": {"asked": ("kokoro", True)}, "lanes": 1})
+    assert made["voice"] == ("kokoro", {"engine_options": {"asked": ("kokoro", True)}, "lanes": 1, "batch_rows": 1})
     live_run.build_live(_args("--engine", "kokoro", "--no-fast-path", "--tts-lanes", "3"))
     assert made["face"]["fast_path"] is False
-    assert made["voice"][1] == {"engine_options": {"asked": ("kokoro", False)}, "lanes": 3}  # --tts-lanes passed on
+    assert made["voice"][1] == {"engine_options": {"asked": ("kokoro", False)}, "lanes": 3,
+                                "batch_rows": 1}  # --tts-lanes passed on
+    live_run.build_live(_args("--engine", "kokoro", "--tts-batch", "4"))
+    assert made["voice"][1]["batch_rows"] == 4  # and --tts-batch

@@ -164,6 +164,8 @@ def _resample(wave: np.ndarray, sr: int, target: int) -> np.ndarray:
 class CosyVoice2Runtime:
     """The loaded release: networks, tokenizer and the two ONNX front-end models."""
 
+    hift_graphs_supported = True  # prepare_live may capture HiFT's graphs (hift_graph.HiftGraphs: this HiFT's source)
+
     def __init__(self, folder: str | Path, device: str = "cpu", fast: FastPath | None = None,
                  offload: bool = False) -> None:
         """fast: None = the FP32 eager reference path. offload: keep the three networks in CPU memory and
@@ -330,8 +332,8 @@ class CosyVoice2Runtime:
             # token: the LM's min_token_text_ratio) and the LM's start and task tokens
             prompt = int(np.asarray(state.get("prompt_text_ids", ())).size) + int(np.asarray(state["prompt_token"]).size)
             out["prefill_graphs"] = decoder.prepare_prefill(prompt + 2 + int(max_speech_tokens) // 2)
-        if self.fast is not None and self.fast.hift_graph and not self.fast.hift_half and self.device.type == "cuda" \
-                and os.environ.get(HIFT_GRAPHS_ENV, "").strip() != "0":
+        if self.hift_graphs_supported and self.fast is not None and self.fast.hift_graph and not self.fast.hift_half \
+                and self.device.type == "cuda" and os.environ.get(HIFT_GRAPHS_ENV, "").strip() != "0":
             out.update(self._prepare_hift_graphs())
         if self.device.type == "cuda":  # what the graphs cost, for the live benchmark's report
             out["gpu_reserved_mib"] = int(torch.cuda.memory_reserved(self.device) // 2 ** 20)

@@ -53,6 +53,8 @@ def instruct_prompt(instruction: str) -> str:
 class CosyVoice3Runtime(CosyVoice2Runtime):
     """The loaded CosyVoice 3 release: networks, tokenizer and the two ONNX front-end models."""
 
+    hift_graphs_supported = False  # hift_graph.HiftGraphs replays CosyVoice 2's HiFT (drawn sine source), not this one
+
     def __init__(self, folder: str | Path, device: str = "cpu", fast: FastPath | None = None,
                  offload: bool = False) -> None:
         from transformers import AutoTokenizer
@@ -68,6 +70,8 @@ class CosyVoice3Runtime(CosyVoice2Runtime):
         self._decoder = None
         self._solver = None
         self._drawer = None
+        self._flow_batcher = None  # --tts-batch (CosyVoice2Runtime.set_flow_rows)
+        self._hift_graphs = None   # stays None: the causal HiFT has its own fixed source (hift_graphs_supported)
         if not self.offload:
             for module in (self.models.lm, self.models.flow, self.hift):
                 module.to(self.device)
