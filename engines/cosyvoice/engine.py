@@ -457,7 +457,7 @@ class CosyVoice2Runtime:
         def piece(final: bool) -> Any:
             nonlocal sent
             until, done = list(tokens), sent  # this piece's tokens and the frames sent before it
-            end = ratio * len(until) if final else 2 * (len(until) - lookahead)
+            end = ratio * (len(until) if final else len(until) - lookahead)
             sent = end
 
             @torch.inference_mode()  # deferred, it runs outside this generator's inference mode
@@ -481,13 +481,13 @@ class CosyVoice2Runtime:
         for token in self._tokens(x, generator, **limits):
             tokens.append(token)
             quiet += 1
-            if 2 * (len(tokens) - lookahead) - sent >= 2 * hop():
+            if ratio * (len(tokens) - lookahead) - sent >= 2 * hop():
                 quiet = 0
                 yield piece(False)
             elif deferred and quiet >= PAUSE_TOKENS:
                 quiet = 0
                 yield PAUSE
-        if tokens and 2 * len(tokens) > sent:
+        if tokens and ratio * len(tokens) > sent:
             yield piece(True)
 
 
@@ -539,6 +539,15 @@ class CosyVoice2Engine:
         """Live mode's --tts-batch: sessions' flow solves as rows of one, up to `rows` (CosyVoice2Runtime.set_flow_rows,
         the first lane's); returns the rows one solve may carry (1 = off: no fast path, or rows <= 1)."""
         return self.runtime().set_flow_rows(rows)
+
+    def flow_batching(self) -> dict[str, int] | None:
+        """How set_flow_rows' batcher shared the flow solves so far: calls, solves, the most in one call, its rows;
+        None when it is off."""
+        batcher = self.runtime().flow_batcher
+        if batcher is None:
+            return None
+        return {"calls": batcher.calls, "solves": batcher.rows_run, "largest": batcher.largest,
+                "max_rows": batcher.max_rows}
 
     def prepare_speaker(self, prepared: Any, transcript: str = "", speaker: Any = None, **_: Any) -> Any:
         from ...voice.engines import with_engine_state

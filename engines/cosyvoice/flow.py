@@ -401,12 +401,14 @@ class FastCFM:
         self._done: Any = None
 
     def _graph(self, padded: int, steps: int, inputs: dict[str, torch.Tensor]):
-        key = (padded, steps) if inputs["x"].shape[0] == 1 else (padded, steps, int(inputs["x"].shape[0]))
+        rows = int(inputs["mu"].shape[0])
+        key = (padded, steps) if rows == 1 else (padded, steps, rows)
         if key in self.graphs:
             entry = self.graphs.pop(key)
             self.graphs[key] = entry  # most recently used last
             return entry
         static = {k: v.clone() for k, v in inputs.items()}
+        static["x"] = self._noise(rows, padded, inputs["mu"])  # the start noise: a constant the graph never writes
         run = lambda: solve_ode(self.estimator, static["x"], static["mu"], static["mask"], static["spks"],  # noqa: E731
                                 static["cond"], steps, self.cfg_rate)
         device = static["x"].device
@@ -439,8 +441,7 @@ class FastCFM:
         for count in sorted({max(1, int(r)) for r in rows}, reverse=True):
             for padded in reversed(lengths):  # largest first: the shared pool is sized by the first capture
                 z = torch.zeros(count, MEL_BINS, padded, device=device)
-                self._graph(padded, steps, {"x": self._noise(count, padded, z), "mu": z,
-                                            "mask": torch.ones(count, 1, padded, device=device),
+                self._graph(padded, steps, {"mu": z, "mask": torch.ones(count, 1, padded, device=device),
                                             "spks": torch.zeros(count, spk_dim, device=device), "cond": z.clone()})
         self.prepared = max(self.prepared, top)
         return len(self.graphs)
@@ -474,18 +475,16 @@ class FastCFM:
             raise ValueError(f"solve_rows takes lengths padded to a multiple of {self.bucket} frames, not {padded}")
         if padded > NOISE_FRAMES:
             raise ValueError(f"{padded} mel frames exceed the decoder's {NOISE_FRAMES}; synthesize shorter text")
-        inputs = {"x": self._noise(rows, padded, mu), "mu": mu, "mask": mask, "spks": spks, "cond": cond}
         if not self.use_graph:
-            return solve_ode(self.estimator, inputs["x"], inputs["mu"], inputs["mask"], inputs["spks"],
-                             inputs["cond"], steps, self.cfg_rate)
+            return solve_ode(self.estimator, self._noise(rows, padded, mu), mu, mask, spks, cond, steps, self.cfg_rate)
+        inputs = {"mu": mu, "mask": mask, "spks": spks, "cond": cond}  # the graph holds its own start noise
         with self._replay_lock:  # one replay at a time: the graphs share their memory pool
             replay, static, out = self._graph(padded, steps, inputs)
             stream = torch.cuda.current_stream(out.device) if out.is_cuda else None
             if stream is not None and self._done is not None:
                 stream.wait_event(self._done)  # the previous call's clone, whatever stream it was queued on
             for name, value in inputs.items():
-                if name != "x":  # the start noise: the same constant the graph was captured with, never written
-                    static[name].copy_(value)
+                static[name].copy_(value)
             replay()
             result = out.clone()
             if stream is not None:

@@ -2,8 +2,9 @@
 
 Why: on the H200 one TTS lane voiced ~3x real time with 8 sessions speaking (benchmarks/RESULTS_live.md, 2026-12-03
 21:57), its time going to the flow (a 10-step solve over every token so far, for every piece) and HiFT; two lanes at
-once ran no faster than one after the other. The solve is ~2,000 small kernels replayed from a CUDA graph, each
-busy far below the GPU's width at one row, so rows of other sessions' solves ride along in the same kernels.
+once ran no faster than one after the other. The solve is ~2,000 small kernels replayed from a CUDA graph (FastCFM);
+the expectation, not yet measured (benchmarks/gpu_tts_pieces.py measures it), is that at one row they use a small
+part of the GPU, so rows of other sessions' solves ride along in the same kernels for less than their own solves.
 
 Each session's thread calls the batcher as it would the solver (`batcher(mu, mask, spks, cond, steps)`); a worker
 (engines/call_batcher.py) gathers the calls that arrive within `window_s` while other sessions are active, pads

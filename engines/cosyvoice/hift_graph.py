@@ -1,7 +1,7 @@
 """CosyVoice 2's HiFT vocoder replayed from CUDA graphs, one per mel length (live mode's pieces).
 
-Why: HiFT runs eagerly, ~400 small kernels (Snake activations, convolutions, the STFT head) launched from Python for
-every streamed piece (~26 ms for a first piece on an H200, 2026-12-03); with 8 live sessions their launches queue
+Why: HiFT runs eagerly, many small kernels (Snake activations, convolutions, the STFT head; not counted) launched
+from Python for every streamed piece (~26 ms for a first piece on an H200, 2026-12-03); with 8 live sessions their launches queue
 behind the other threads' for the interpreter lock (benchmarks/RESULTS_live.md, 21:57: HiFT's Python frames show in
 the samples of the one TTS lane that could not keep up). Replayed from a graph a piece is one launch.
 

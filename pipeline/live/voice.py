@@ -178,13 +178,8 @@ class LiveVoice:
 
     @property
     def flow_batching(self) -> dict[str, int] | None:
-        """How the flow solves were shared (--tts-batch): calls, solves (rows_run), the most in one call; or None."""
-        runtime = getattr(self.engine, "runtime", None)
-        batcher = getattr(runtime(), "flow_batcher", None) if self.batch_rows > 1 and callable(runtime) else None
-        if batcher is None:
-            return None
-        return {"calls": batcher.calls, "solves": batcher.rows_run, "largest": batcher.largest,
-                "max_rows": batcher.max_rows}
+        """How the flow solves were shared (--tts-batch; the engine's flow_batching), or None."""
+        return self.engine.flow_batching() if self.batch_rows > 1 else None
 
     @contextmanager
     def _lane(self) -> Iterator[int]:
