@@ -337,6 +337,10 @@ class LatentSyncPipeline:
         self.scheduler = make_scheduler()
         self.scheduler.set_timesteps(self.steps, device=net.device)
         self.timesteps = self.scheduler.timesteps
+        # the scheduler's own copy on the host: DDIMScheduler.step tests `prev_timestep >= 0` and indexes its host
+        # alphas with the timestep, which for a device tensor is a host sync every step (the device idles while
+        # the host launches the next step); with host timesteps the steps queue up and the values are the same
+        self.host_timesteps = self.timesteps.cpu()
         self.latent_size = net.resolution // 8
         self._emb: dict[tuple[int, int], torch.Tensor] = {}
         # the VAE posterior's (mean, std) per (kind, reference frame) of this pipeline's video: a face is encoded
@@ -380,6 +384,8 @@ class LatentSyncPipeline:
             while len(self._moments) > MOMENTS_KEPT:
                 self._moments.popitem(last=False)
         eps = torch.randn(mean.shape, generator=generator, device=generator.device, dtype=mean.dtype)
+        if eps.device.type == "cpu" and mean.device.type == "cuda":  # pinned: the copy queues without a host sync
+            eps = eps.pin_memory().to(mean.device, non_blocking=True)
         return (mean + std * eps.to(mean.device)) * SCALING_FACTOR
 
     def _time_emb(self, step: int, t: torch.Tensor, rows: int) -> torch.Tensor:
@@ -445,7 +451,7 @@ class LatentSyncPipeline:
             audio = torch.cat([torch.zeros_like(audio), audio])
         latents = noise.to(device=dev, dtype=dt).expand(-1, -1, f, -1, -1).contiguous()
         cache: dict | None = {} if self.cache_interval > 1 else None
-        for k, t in enumerate(self.timesteps):
+        for k, (t, t_host) in enumerate(zip(self.timesteps, self.host_timesteps)):
             x = torch.cat([latents] * rows) if cfg else latents
             x = torch.cat([self.scheduler.scale_model_input(x, t), cond], dim=1)
             reuse = cache is not None and k % self.cache_interval != 0
@@ -453,7 +459,7 @@ class LatentSyncPipeline:
             if cfg:
                 uncond, text = pred.chunk(2)
                 pred = uncond + self.guidance * (text - uncond)
-            latents = self.scheduler.step(pred, t, latents, eta=0.0, generator=generator).prev_sample
+            latents = self.scheduler.step(pred, t_host, latents, eta=0.0, generator=generator).prev_sample
         z = latents[0].permute(1, 0, 2, 3) / SCALING_FACTOR
         decoded = fast("decode", z) if fast is not None else \
             torch.cat([net.vae.decode(chunk).sample for chunk in z.split(EAGER_VAE_FRAMES)])

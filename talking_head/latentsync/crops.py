@@ -119,6 +119,30 @@ def windows_ahead(device: Any) -> int:
     return WINDOWS_AHEAD if getattr(device, "type", str(device)) == "cuda" else 0
 
 
+class _HostCopy:
+    """A window's generated faces on their way to the host. On CUDA the copy goes into pinned memory, queued behind
+    the window's work, so the denoise thread starts the next window at once: the device no longer idles between
+    windows while this copy and the next window's set-up run on the host. `get` waits for it; half precision is
+    copied as is and widened on the host (exact, and half the bytes)."""
+
+    def __init__(self, out: Any, started: float) -> None:
+        import torch
+
+        self.started = started
+        self.event = None
+        self.host = out
+        if out.is_cuda:
+            self.host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            self.host.copy_(out, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def get(self) -> Any:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host.float()
+
+
 def _single(name: str) -> Any:
     """One worker thread of the process (`prep` cuts windows' faces; `denoise` runs windows on the model in the
     order they were asked for: the draws of a video's generator are a sequence)."""
@@ -151,7 +175,7 @@ class _Renderer:
         self._keep = keep_windows
         self._masks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
-        self._ahead: dict[int, Any] = {}  # window -> future of (refs, generated faces on the host)
+        self._ahead: dict[int, Any] = {}  # window -> future of (refs, _HostCopy of its generated faces)
         self._windows_total = -(-len(idx) // self.win)
         self._restart()
 
@@ -233,9 +257,7 @@ class _Renderer:
             raise InterruptedError("stopped")
         refs, faces, audio = prepared.result()
         t0 = time.perf_counter()
-        out = self.pipe.window(faces, audio, self.noise, self.generator, keys=refs).float().cpu()
-        self._add_time("unet", time.perf_counter() - t0)
-        return refs, out
+        return refs, _HostCopy(self.pipe.window(faces, audio, self.noise, self.generator, keys=refs), t0)
 
     def _launch(self, k: int) -> None:
         """Queue window k (its faces cut on the prep thread, then the model on the denoise thread), once."""
@@ -260,7 +282,9 @@ class _Renderer:
             raise InterruptedError("stopped")
         for j in range(windows_ahead(self.pipe.net.device) + 1):
             self._launch(k + j)
-        refs, out = self._ahead.pop(k).result()
+        refs, pending = self._ahead.pop(k).result()
+        out = pending.get()
+        self._add_time("unet", time.perf_counter() - pending.started)  # a window's start to its faces on the host
         t2 = time.perf_counter()
         for r in refs:  # the paste masks are cached per reference frame: made once, outside the threads
             self._support(r)
