@@ -662,7 +662,7 @@ def _batcher_delta(before: tuple[int, int]) -> dict:
 
 
 # --- the clients ------------------------------------------------------------------------------------------------
-CLIENT_STAGES = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame",
+CLIENT_STAGES = ("tts_lock", "tts_tokens", "tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame",
                  "client_first_audio")
 
 

@@ -56,6 +56,18 @@ def build_runtime(size: str, device: str, folder: Path):
     return CosyVoice2Runtime(folder, device, fast=fast)
 
 
+def _exact_fp32(fn):
+    """fn() with TF32 off for cuDNN convolutions and matrix products (torch's cuDNN default is on), restored after."""
+    import torch
+
+    conv, mm = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return fn()
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, mm
+
+
 def hift_section(runtime, lengths: list[int], repeats: int, sync) -> dict:
     import torch
 
@@ -84,10 +96,17 @@ def hift_section(runtime, lengths: list[int], repeats: int, sync) -> dict:
         with torch.inference_mode():
             eager, wave_eager = _timed(lambda: runtime.hift.inference(mel, draws=draws()), sync, repeats)
             graph, wave_graph = _timed(lambda: graphs(mel, draws()), sync, repeats)
+            wave_fp32 = _exact_fp32(lambda: runtime.hift.inference(mel, draws=draws()))
+        diff = lambda a, b: float((a.float() - b.float()).abs().max())  # noqa: E731
         out["lengths"][str(frames)] = {
             "eager": eager, "graph": graph,
             "speedup": round(eager["median_ms"] / max(graph["median_ms"], 1e-9), 2),
-            "max_abs_diff": float((wave_eager.float() - wave_graph.float()).abs().max())}
+            "max_abs_diff": diff(wave_eager, wave_graph),
+            # the yardstick: how far eager itself moves when TF32 is off (the source's phase is a running sum of
+            # F0 over every sample, so a rounding difference in the F0 predictor grows along the piece)
+            "eager_vs_fp32_max_abs_diff": diff(wave_eager, wave_fp32),
+            "graph_vs_fp32_max_abs_diff": diff(wave_graph, wave_fp32),
+            "wave_abs_max": float(wave_fp32.float().abs().max())}
     out["replays"], out["eager_calls"] = graphs.replays, graphs.eager
     return out
 

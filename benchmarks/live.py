@@ -122,8 +122,8 @@ def realtime(args: argparse.Namespace, progress=None) -> dict:
     client.close()
     metrics = http(url, "GET", "/metrics")[1]
     server.stop()
-    stages = ("tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame",
-              "client_first_audio")
+    stages = ("tts_lock", "tts_tokens", "tts_first_audio", "first_frame", "first_sent", "first_packet",
+              "client_first_frame", "client_first_audio")
     speech_frames = sum(r["frames"] for r in rows)
     return {"setup_s": round(setup_s, 2), "face": manager.face.report.splitlines()[0],
             "utterances": len(rows), "done": sum(r["state"] == "done" for r in rows),

@@ -226,3 +226,37 @@ def test_serve_refuses_a_bad_batch_before_any_model_loads(capsys, data_dir):
     code = main(["serve", "--base-voice", "auto", "--face", face, "--tts-batch", "0"])
     err = capsys.readouterr().err
     assert code == 2 and "--tts-batch must be at least 1, got 0" in err, err[-400:]
+
+
+def test_the_first_piece_carries_when_it_got_the_lock_and_its_tokens():
+    """Piece.marks: an utterance's first piece says when the lane's lock was granted (tts_lock) and, deferred, when
+    its tokens were ready (tts_tokens); the session records them as stage borders before tts_first_audio (the split
+    of the first audio's wait under load: queued for the LM, the LM, the flow + vocoder). Later pieces carry none."""
+    from digital_human.pipeline.live.metrics import STAGES, Utterance
+    from digital_human.pipeline.live.voice import LiveVoice
+
+    class Engine:
+        name, sample_rate = "fake", 16000
+
+        def check_files(self) -> None:
+            pass
+
+        def set_flow_rows(self, rows: int) -> int:
+            return rows
+
+        def live_stream(self, text, speaker, language="auto", limits=None, deferred=False):
+            time.sleep(0.02)  # the LM's tokens of the first piece
+            yield lambda: (time.sleep(0.03), np.ones(10, np.float32))[1]  # its flow + vocoder
+            yield lambda: np.ones(10, np.float32)
+
+    utterance = Utterance(1, "A", 0)
+    pieces = list(LiveVoice(Engine(), None, batch_rows=2).pieces("A"))
+    first, second = pieces
+    assert set(first.marks) == {"tts_lock", "tts_tokens"} and second.marks == {}
+    for stage, at in first.marks.items():
+        utterance.mark(stage, at)
+    utterance.mark("tts_first_audio")
+    t = utterance.times
+    assert 0 <= t["tts_lock"] < t["tts_tokens"] < t["tts_first_audio"]
+    assert t["tts_tokens"] - t["tts_lock"] >= 0.015 and t["tts_first_audio"] - t["tts_tokens"] >= 0.025
+    assert STAGES.index("tts_lock") < STAGES.index("tts_tokens") < STAGES.index("tts_first_audio")

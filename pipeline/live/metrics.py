@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 
 # every stage border an utterance crosses, in order; the values are seconds after the request
-STAGES = ("tts_first_audio",     # the first TTS piece is ready
+STAGES = ("tts_lock",            # the first piece got the voice's lock (the time before it: queued behind others)
+          "tts_tokens",          # --tts-batch: the first piece's LM tokens are ready (its flow + vocoder follow)
+          "tts_first_audio",     # the first TTS piece is ready
           "first_frame",         # the talking head made the first frame of the first piece
           "first_sent",          # the clock sent the first speaking tick to the encoders
           "first_packet",        # an encoder produced its first packet of speech (websocket / WebRTC)
@@ -29,11 +31,12 @@ class Utterance:
         self.state = "queued"  # queued -> speaking -> done | interrupted | failed
         self.error: str | None = None
 
-    def mark(self, stage: str) -> bool:
-        """Record `stage` once (the first time it happens); True when this call recorded it."""
+    def mark(self, stage: str, at: float | None = None) -> bool:
+        """Record `stage` once (the first time it happens; at: when it happened, time.perf_counter, default now);
+        True when this call recorded it."""
         if stage in self.times:
             return False
-        self.times[stage] = time.perf_counter() - self.requested
+        self.times[stage] = (time.perf_counter() if at is None else at) - self.requested
         return True
 
     def report(self) -> dict[str, Any]:

@@ -251,6 +251,8 @@ class Session:
                 for piece in self.voice.pieces(utterance.text):
                     if epoch != self.epoch:
                         break
+                    for stage, at in (getattr(piece, "marks", None) or {}).items():  # the voice's inner borders
+                        utterance.mark(stage, at)
                     utterance.mark("tts_first_audio")
                     if not self._put(self._pieces, (epoch, utterance, piece, False), epoch):
                         break

@@ -6,9 +6,10 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,10 @@ def trim_edges(wave: np.ndarray, rate: int, phones: Any = None, floor: float = 0
 class Piece:
     wave: np.ndarray          # float32 mono at the voice's rate
     phones: Any = None        # (phone, start_s, end_s) of the piece, when the engine says (Kokoro)
+    # an utterance's first piece: when (time.perf_counter) it crossed the voice's inner borders - "tts_lock": the
+    # lane's lock was first granted; "tts_tokens" (--tts-batch): its LM tokens were ready, the audio still to make.
+    # Why: under load the first audio's wait splits into queueing for the LM, the LM, and the flow + vocoder
+    marks: dict[str, float] = field(default_factory=dict)
 
 
 class LiveVoice:
@@ -242,9 +247,11 @@ class LiveVoice:
                                                  **hop)
             else:
                 stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
-            made = 0
+            made, marks = 0, {}
             while True:
                 with lock.hold(0 if made == 0 else 1), self._on_lane(lane):  # per call: never across a yield
+                    if not made:
+                        marks.setdefault("tts_lock", time.perf_counter())
                     wave = next(stream, None)
                     # a deferred stream's pause (--tts-batch): the LM goes to a waiting first piece, else on
                     while getattr(wave, "is_pause", False) and not lock.first_piece_waiting():
@@ -254,16 +261,21 @@ class LiveVoice:
                 if wave is None:
                     return
                 if callable(wave):  # deferred (--tts-batch): the audio made outside the lock, where the flow solves
-                    wave = wave()   # of sessions whose tokens are ready meet in the flow batcher
+                    if not made:    # of sessions whose tokens are ready meet in the flow batcher
+                        marks["tts_tokens"] = time.perf_counter()
+                    wave = wave()
                 made += 1
-                yield Piece(np.asarray(wave, np.float32))
+                yield Piece(np.asarray(wave, np.float32), marks=marks if made == 1 else {})
         from ...text.chunking import split_first_piece, split_sentences
         from ...voice.tts import synthesize_speech
 
+        marks = {}
         for i, sentence in enumerate(split_first_piece(split_sentences(text))):
             with lock.hold(0 if i == 0 else 1):
+                if i == 0:
+                    marks["tts_lock"] = time.perf_counter()
                 result = synthesize_speech(sentence.text, self.speaker, language=self.language, speed=self.speed,
                                            backend=self.backend, base_voice=self.base_voice)
             wave, phones = trim_edges(result.waveform, result.sample_rate, result.phones)
             pause = np.zeros(int(round(sentence.pause_after_s * result.sample_rate)), np.float32)
-            yield Piece(np.concatenate([wave, pause]), phones)
+            yield Piece(np.concatenate([wave, pause]), phones, marks=marks if i == 0 else {})
