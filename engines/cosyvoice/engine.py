@@ -341,7 +341,7 @@ class CosyVoice2Runtime:
 
     def _prepare_hift_graphs(self) -> dict[str, Any]:
         """HiFT's graphs for every live piece length (FastPath.hift_graph); a failed capture is logged and reported,
-        and the pieces are vocoded eagerly as before (written without a GPU at hand: 2026-12-04)."""
+        and the pieces are vocoded eagerly as before (the capture worked on the H200, 2026-12-04)."""
         from .hift_graph import HiftGraphs
 
         graphs = self._hift_graphs or HiftGraphs(self.hift)

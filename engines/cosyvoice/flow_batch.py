@@ -2,9 +2,11 @@
 
 Why: on the H200 one TTS lane voiced ~3x real time with 8 sessions speaking (benchmarks/RESULTS_live.md, 2026-12-03
 21:57), its time going to the flow (a 10-step solve over every token so far, for every piece) and HiFT; two lanes at
-once ran no faster than one after the other. The solve is ~2,000 small kernels replayed from a CUDA graph (FastCFM);
-the expectation, not yet measured (benchmarks/gpu_tts_pieces.py measures it), is that at one row they use a small
-part of the GPU, so rows of other sessions' solves ride along in the same kernels for less than their own solves.
+once ran no faster than one after the other. The solve is small kernels replayed from a CUDA graph (FastCFM) that
+use a small part of the GPU at one row, so rows of other sessions' solves ride along: on the H200 a 448-frame solve
+took 47 ms at 1 row, 53 at 2, 73 at 4 and 115 at 8 (3.3x the rows per second; 2026-12-04, gpu_tts_pieces.py). In
+the 8-session live run the same day the pieces seldom met (at most 2 rows a solve): the one LM makes the sessions'
+tokens in turn (benchmarks/RESULTS_live.md).
 
 Each session's thread calls the batcher as it would the solver (`batcher(mu, mask, spks, cond, steps)`); a worker
 (engines/call_batcher.py) gathers the calls that arrive within `window_s` while other sessions are active, pads

@@ -3,7 +3,9 @@
 Why: HiFT runs eagerly, many small kernels (Snake activations, convolutions, the STFT head; not counted) launched
 from Python for every streamed piece (~26 ms for a first piece on an H200, 2026-12-03); with 8 live sessions their launches queue
 behind the other threads' for the interpreter lock (benchmarks/RESULTS_live.md, 21:57: HiFT's Python frames show in
-the samples of the one TTS lane that could not keep up). Replayed from a graph a piece is one launch.
+the samples of the one TTS lane that could not keep up). Replayed from a graph a piece is one launch: on the H200
+(2026-12-04, benchmarks/RESULTS_live.md) 16 frames 18-22 -> 6 ms, 48 frames 29 -> 13 ms, 108 frames 43 -> 26-27 ms,
+the waveform as far from an FP32 run (TF32 off) as eager's.
 
 Live pieces have few lengths (HIFT_CONTEXT_FRAMES of left context + twice the hop's tokens; a chunk's last piece
 anything up to a hop), so `prepare` captures those at warm-up (engine.live_piece_frames: every length up to 48
