@@ -662,8 +662,8 @@ def _batcher_delta(before: tuple[int, int]) -> dict:
 
 
 # --- the clients ------------------------------------------------------------------------------------------------
-CLIENT_STAGES = ("tts_lock", "tts_tokens", "tts_first_audio", "first_frame", "first_sent", "first_packet", "client_first_frame",
-                 "client_first_audio")
+CLIENT_STAGES = ("tts_lock", "tts_tokens", "tts_first_audio", "first_frame", "first_sent", "first_packet",
+                 "client_first_frame", "client_first_audio")
 
 
 def client_main(args: argparse.Namespace) -> None:

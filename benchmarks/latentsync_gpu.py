@@ -718,7 +718,6 @@ def main() -> None:
             out["pack_warm_s"] = pack_run(warm)["wall_s"]
         runs = [pack_run(wave) for _ in range(max(1, args.whole_repeats))]
         out["pack"] = dict(median_run(runs), runs=[{k: r[k] for k in ("wall_s", "fps")} for r in runs])
-        save()  # the pack's figures kept should the reference's runs not finish
         save()
         # --- the reference
         reference_modules(("matplotlib", "matplotlib.pyplot", "imageio"))
