@@ -580,6 +580,7 @@ def server_main(args: argparse.Namespace) -> None:
             manager.metrics = StageMetrics()  # this phase's sessions' figures only
             pipe_stats = _batcher_stats()
             flow_before = voice.flow_batching  # --tts-batch: the flow solves shared in this phase
+            lm_before = voice.lm_batching      # and the LM steps
             out = work / f"clients_{sessions}.json"
             cmd = [sys.executable, *(["-S"] if sys.flags.no_site else []), str(Path(__file__).resolve()), "--client", server.url, "--sessions", str(sessions),
                    "--utterances", str(utterances), "--ws-audio", audio, "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
@@ -609,6 +610,12 @@ def server_main(args: argparse.Namespace) -> None:
                 phase["tts_flow_batching"] = {"calls": flow_after["calls"] - flow_before["calls"],
                                               "solves": flow_after["solves"] - flow_before["solves"],
                                               "largest_so_far": flow_after["largest"]}
+            lm_after = voice.lm_batching
+            if lm_before and lm_after:
+                steps = lm_after["steps"] - lm_before["steps"]
+                rows = lm_after["row_steps"] - lm_before["row_steps"]
+                phase["tts_lm_batching"] = {"steps": steps, "row_steps": rows, "largest_so_far": lm_after["largest"],
+                                            "mean_rows": round(rows / steps, 2) if steps else None}
             if failed or not phase.get("utterances"):
                 phase["client_stderr"] = stderr[-2000:]
             report["phases"].append(phase)
@@ -778,7 +785,7 @@ def main() -> None:
     parser.add_argument("--tts-lanes", type=int, default=1, help="CosyVoice 2 lanes (serve --tts-lanes): "
                         "utterances voiced at the same time (on CUDA only with DIGITAL_HUMAN_TTS_LANES_CUDA=1)")
     parser.add_argument("--tts-batch", type=int, default=1, help="CosyVoice 2 (serve --tts-batch): up to this many "
-                        "sessions' pieces share one flow solve (1 = off)")
+                        "sessions decode in the same LM steps and share flow solves (1 = off)")
     parser.add_argument("--lanes-check", type=int, default=0, help="with --tts-lanes >= 2: N repeats of two "
                         "utterances on two lanes alone and at once (same audio? how much overlap?)")
     parser.add_argument("--first-hop", type=int, default=0, help="CosyVoice 2's first piece in speech tokens "

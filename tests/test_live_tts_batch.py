@@ -1,5 +1,5 @@
-"""Live mode's --tts-batch: CosyVoice 2 flow solves of several sessions as rows of one solve (flow_batch.FlowRowBatcher),
-the lane's lock held for a piece's tokens only. On the CPU with the fast path's padded solver (no CUDA graphs,
+"""Live mode's --tts-batch: CosyVoice 2 flow solves of several sessions as rows of one solve (flow_batch.FlowRowBatcher)
+and their LM tokens from one batched decode loop (lm_batch.LMBatchLoop, tests/test_cosyvoice_lm_batch.py). On the CPU with the fast path's padded solver (no CUDA graphs,
 FP32): every row comes out as its solve alone, the rows padded in length and count as the graphs need, and
 sessions speaking at once get the audio each gets alone (random-weight reduced release: the plumbing)."""
 from __future__ import annotations
@@ -151,7 +151,10 @@ def test_sessions_speaking_at_once_get_what_each_gets_alone(release, engine_and_
     stats = batched.flow_batching
     assert stats is not None and stats["max_rows"] == 2
     assert stats["solves"] == 5 and stats["calls"] <= 5  # every piece's solve went through it
+    lm = batched.lm_batching  # the LM's half: both sessions' tokens came from the one batched loop, sharing steps
+    assert batched.lm_rows == 2 and lm is not None and lm["largest"] == 2 and lm["row_steps"] > lm["steps"]
     batched_engine.runtime().flow_batcher.close()
+    batched_engine.runtime().lm_batch.close()
 
 
 def test_batch_rows_checked_and_announced(caplog, engine_and_speaker):

@@ -185,6 +185,7 @@ class CosyVoice2Runtime:
         self._decoder: StaticDecoder | None = None
         self._solver: FastCFM | None = None
         self._flow_batcher: Any = None  # flow_batch.FlowRowBatcher over _solver (set_flow_rows), or None
+        self._lm_batch: Any = None      # lm_batch.LMBatchLoop over _decoder (set_lm_rows), or None
         self._hift_graphs: Any = None   # hift_graph.HiftGraphs made by prepare_live (FastPath.hift_graph), or None
         self._drawer: ThreadPoolExecutor | None = None  # one worker: HiFT's source draws (hift_prefetch)
         self._weights_from: CosyVoice2Runtime | None = None  # a lane's first lane (lane())
@@ -212,7 +213,7 @@ class CosyVoice2Runtime:
             raise ValueError("lanes share the networks on the device; create the runtime without offload")
         other = copy.copy(self)
         other._decoder, other._solver, other._drawer, other._flow_batcher = None, None, None, None
-        other._hift_graphs = None
+        other._hift_graphs, other._lm_batch = None, None
         other._weights_from = self._weights_from or self
         return other
 
@@ -306,6 +307,27 @@ class CosyVoice2Runtime:
                                             stream_priority=TTS_PRIORITY if self.device.type == "cuda" else None)
         return self._flow_batcher.max_rows
 
+    @torch.inference_mode()  # as prepare_live: the decoders compile their steps here (autograd on broke that)
+    def set_lm_rows(self, rows: int) -> int:
+        """Live mode's --tts-batch, the LM's half: up to `rows` generations (sessions) decode together, one step for
+        all (lm_batch.LMBatchLoop over this runtime's StaticDecoder) from now on; returns the rows (1: off, as before;
+        also without the fast path's device-sampled fused decoder, which the rows need). Call before prepare_live."""
+        if self._lm_batch is not None:
+            self._lm_batch.close()
+            self._lm_batch = None
+        decoder = self._lm_decoder()
+        if int(rows) <= 1 or decoder is None or decoder.sampling is None or decoder.step_kind != "fused":
+            return 1
+        from .lm_batch import LMBatchLoop
+
+        self._lm_batch = LMBatchLoop(decoder, int(rows), compile=bool(self.fast and self.fast.lm_compile))
+        return self._lm_batch.rows
+
+    @property
+    def lm_batch(self) -> Any:
+        """The LMBatchLoop of set_lm_rows, or None (its stats() say how many rows its steps carried)."""
+        return self._lm_batch
+
     @property
     def flow_batcher(self) -> Any:
         """The FlowRowBatcher of set_flow_rows, or None (its calls, rows_run and largest say how rows were shared)."""
@@ -327,6 +349,8 @@ class CosyVoice2Runtime:
                                   else solver.prepare(frames, self.models.flow.cfg.timesteps, spk_dim))
         decoder = self._lm_decoder()  # made (and on CUDA its step captured) now, if not yet
         out["lm_graph"] = int(decoder is not None and getattr(decoder, "graph", None) is not None)
+        if self._lm_batch is not None:  # the batched step's graph (--tts-batch)
+            out["lm_batch_graph"] = self._lm_batch.prepare()
         if decoder is not None:  # the static prefill's graphs (DIGITAL_HUMAN_COSYVOICE_STATIC_PREFILL=1), for
             # prompts of the speaker's prompt text and tokens plus a chunk's text (at least 2 speech tokens a text
             # token: the LM's min_token_text_ratio) and the LM's start and task tokens
@@ -367,7 +391,7 @@ class CosyVoice2Runtime:
 
     def _tokens(self, x: dict[str, torch.Tensor], generator: torch.Generator, **limits: Any) -> Iterator[int]:
         return self.models.lm.generate(x["text"], x["prompt_text"], x["lm_prompt"], generator=generator,
-                                       decoder=self._lm_decoder(), **limits)
+                                       decoder=self._lm_batch or self._lm_decoder(), **limits)
 
     def _mel(self, tokens: list[int], x: dict[str, torch.Tensor]) -> torch.Tensor:
         token = torch.as_tensor(tokens, dtype=torch.int32, device=self.device)[None]
@@ -539,6 +563,17 @@ class CosyVoice2Engine:
         """Live mode's --tts-batch: sessions' flow solves as rows of one, up to `rows` (CosyVoice2Runtime.set_flow_rows,
         the first lane's); returns the rows one solve may carry (1 = off: no fast path, or rows <= 1)."""
         return self.runtime().set_flow_rows(rows)
+
+    def set_lm_rows(self, rows: int) -> int:
+        """Live mode's --tts-batch, the LM's half: up to `rows` sessions' generations decode together
+        (CosyVoice2Runtime.set_lm_rows, the first lane's); returns the rows (1 = off)."""
+        return self.runtime().set_lm_rows(rows)
+
+    def lm_batching(self) -> dict[str, Any] | None:
+        """How set_lm_rows' loop shared the LM steps so far (steps, row_steps, largest, max_rows, mean_rows); None
+        when it is off."""
+        loop = self.runtime().lm_batch
+        return None if loop is None else loop.stats()
 
     def flow_batching(self) -> dict[str, int] | None:
         """How set_flow_rows' batcher shared the flow solves so far: calls, solves, the most in one call, its rows;

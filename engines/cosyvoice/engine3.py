@@ -71,6 +71,7 @@ class CosyVoice3Runtime(CosyVoice2Runtime):
         self._solver = None
         self._drawer = None
         self._flow_batcher = None  # --tts-batch (CosyVoice2Runtime.set_flow_rows)
+        self._lm_batch = None      # --tts-batch's LM half (CosyVoice2Runtime.set_lm_rows)
         self._hift_graphs = None   # stays None: the causal HiFT has its own fixed source (hift_graphs_supported)
         if not self.offload:
             for module in (self.models.lm, self.models.flow, self.hift):

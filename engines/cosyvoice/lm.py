@@ -213,6 +213,9 @@ class SpeechLM(nn.Module):
         if decoder is not None and not decoder.fits(embeds.shape[1] + max_len):
             decoder = None  # longer than its cache: the eager path has no length limit
         banned = self.min_len_banned(min_tokens is not None)
+        if decoder is not None and hasattr(decoder, "generate_tokens"):  # lm_batch.LMBatchLoop: a row of its steps
+            yield from decoder.generate_tokens(embeds, generator, min_len, max_len, banned, first_readback)
+            return
         if decoder is not None and decoder.sampling is not None:
             yield from self._generate_on_device(decoder, embeds, generator, min_len, max_len, banned, first_readback)
             return

@@ -144,6 +144,7 @@ class LiveVoice:
         self.engine.check_files()
         self.rate = int(self.engine.sample_rate)
         self.lanes = self._make_lanes(int(lanes))
+        self.lm_rows = 1  # --tts-batch's LM half: sessions' generations decode together (no lock around the LM)
         self.batch_rows = self._make_batch_rows(int(batch_rows))
         self._locks = [FirstPiecesFirst() for _ in range(self.lanes)]
         self._under_way = [0] * self.lanes  # utterances speaking on each lane
@@ -174,17 +175,24 @@ class LiveVoice:
                         "this voice: %s, %d lanes, speed %.2f)", rows, self.engine_name, self.lanes, self.speed)
             return 1
         made = int(self.engine.set_flow_rows(rows))
-        if made == 1:
+        self.lm_rows = int(self.engine.set_lm_rows(rows)) if hasattr(self.engine, "set_lm_rows") else 1
+        if made == 1 and self.lm_rows == 1:
             log.warning("live: --tts-batch %d ignored: the %s voice has no padded flow solver (its fast path is off)",
                         rows, self.engine_name)
-        else:
-            log.info("live: up to %d sessions' TTS pieces share one flow solve (--tts-batch)", made)
-        return made
+            return 1
+        log.info("live: up to %d sessions' TTS pieces share one flow solve and %d their LM steps (--tts-batch)",
+                 made, self.lm_rows)
+        return max(made, self.lm_rows)
 
     @property
     def flow_batching(self) -> dict[str, int] | None:
         """How the flow solves were shared (--tts-batch; the engine's flow_batching), or None."""
         return self.engine.flow_batching() if self.batch_rows > 1 else None
+
+    @property
+    def lm_batching(self) -> dict[str, Any] | None:
+        """How the LM steps were shared (--tts-batch; the engine's lm_batching), or None."""
+        return self.engine.lm_batching() if self.lm_rows > 1 else None
 
     @contextmanager
     def _lane(self) -> Iterator[int]:
@@ -248,13 +256,14 @@ class LiveVoice:
             else:
                 stream = self.engine.stream(text, self.speaker, language=self.language, speed=self.speed)
             made, marks = 0, {}
+            batched_lm = self.lm_rows > 1  # the LM decodes every session's row together: no turns to take
             while True:
-                with lock.hold(0 if made == 0 else 1), self._on_lane(lane):  # per call: never across a yield
-                    if not made:
+                with (nullcontext() if batched_lm else lock.hold(0 if made == 0 else 1)), self._on_lane(lane):
+                    if not made:  # per call: never across a yield
                         marks.setdefault("tts_lock", time.perf_counter())
                     wave = next(stream, None)
                     # a deferred stream's pause (--tts-batch): the LM goes to a waiting first piece, else on
-                    while getattr(wave, "is_pause", False) and not lock.first_piece_waiting():
+                    while getattr(wave, "is_pause", False) and (batched_lm or not lock.first_piece_waiting()):
                         wave = next(stream, None)
                 if getattr(wave, "is_pause", False):
                     continue  # given up for a first piece; this utterance queues again at its own priority
