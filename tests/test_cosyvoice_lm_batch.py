@@ -108,3 +108,19 @@ def test_runtime_batches_the_lm_for_live_sessions(runtime_and_state):
     with torch.inference_mode():
         assert len(batched) == 12
         assert batched == list(runtime._tokens(x, torch.Generator().manual_seed(4), min_tokens=12, max_tokens=12))
+
+
+def test_a_failing_prompt_ends_its_generation_only(runtime_and_state):
+    """A prompt the prefill cannot take (here: of the wrong width) raises in its own consumer, and the loop goes on
+    serving the next generation (the same tokens as the single decoder's)."""
+    from digital_human.engines.cosyvoice.lm_batch import LMBatchLoop
+
+    runtime, state = runtime_and_state
+    decoder = runtime._lm_decoder()
+    loop = LMBatchLoop(decoder, rows=2)
+    bad = torch.zeros(1, 5, 3)
+    with pytest.raises((RuntimeError, ValueError)):
+        list(loop.generate_tokens(bad, torch.Generator().manual_seed(0), 1, 5, [runtime.models.lm.speech_token_size]))
+    good = _tokens(runtime, state, TEXTS[1], 11, 23, decoder=loop, first_readback=11)
+    loop.close()
+    assert good == _tokens(runtime, state, TEXTS[1], 11, 23, decoder=decoder, first_readback=11)

@@ -324,12 +324,17 @@ class LMBatchLoop:
                 for row, request in list(self._rows.items()):
                     if request.cancelled and request not in admitted:
                         self._finish(request, None)
-            try:
-                for request in admitted:
+            for request in admitted:
+                try:
                     self._admit(request)
+                except Exception as exc:  # noqa: BLE001 - this generation gets the error; the others go on
+                    log.warning("CosyVoice 2 batched LM: a prompt failed: %s", exc)
+                    with self._cv:
+                        self._finish(request, exc)
+            try:
                 self._advance()
             except Exception as exc:  # noqa: BLE001 - every generation under way gets the error; the loop goes on
-                log.warning("CosyVoice 2 batched LM: %s", exc)
+                log.warning("CosyVoice 2 batched LM: a step failed: %s", exc)
                 with self._cv:
                     for request in list(self._rows.values()):
                         self._finish(request, exc)
