@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .lm import StaticDecoder, ras_sample_tensor
+from .lm import PV_CHUNKS, StaticDecoder, ras_sample_tensor
 
 log = logging.getLogger("digital_human")
 
@@ -112,7 +112,12 @@ class BatchedDecoder:
             scores = (qg * k_cache.float()[:, :, None]).sum(dim=-1) * attn.scaling  # [rows, kv, group, L]
             scores = torch.where(visible[:, None, None, :], scores, -float("inf"))
             probs = scores.softmax(dim=-1)
-            o = (probs[..., None] * v_cache.float()[:, :, None]).sum(dim=-2)  # [rows, kv, group, d]
+            # the weighted sum over the slots in two stages, as StaticDecoder._attend (a serial loop over all slots
+            # per output otherwise, in inductor's kernel)
+            length = self.capacity
+            chunks = PV_CHUNKS if length % PV_CHUNKS == 0 else 1
+            weighted = probs[..., None] * v_cache.float()[:, :, None]  # [rows, kv, group, L, d]
+            o = weighted.view(b, self.kv_heads, group, chunks, length // chunks, d).sum(dim=-2).sum(dim=-2)
             x = x + torch.nn.functional.linear(o.to(x.dtype).reshape(b, 1, -1), attn.o_proj.weight, attn.o_proj.bias)
             gate, up = torch.nn.functional.linear(layer.post_attention_layernorm(x), w_gu).chunk(2, dim=-1)
             x = x + torch.nn.functional.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
