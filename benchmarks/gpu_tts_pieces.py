@@ -1,6 +1,7 @@
 """CosyVoice 2 live pieces, part by part, each against its baseline in the same process: HiFT eager vs replayed from
-its CUDA graph per piece length (engines/cosyvoice/hift_graph.py), and the flow's padded solve at 1 row vs several
-sessions' solves as rows of one (engines/cosyvoice/flow_batch.py, `serve --tts-batch`).
+its CUDA graph per piece length (engines/cosyvoice/hift_graph.py), the flow's padded solve at 1 row vs several
+sessions' solves as rows of one (engines/cosyvoice/flow_batch.py, `serve --tts-batch`), and the LM's decode step of
+one generation vs the batched step of several (engines/cosyvoice/lm_batch.py, `--tts-batch`'s LM half).
 
 Random-weight release of the released architecture (`--size full`; `reduced` for a CPU smoke run). Per HiFT length
 (mel frames of a live piece): median and min-max of --repeats calls after a warm-up call, eager and from the graph, with the same source
@@ -150,6 +151,65 @@ def flow_section(runtime, rows_list: list[int], frames: int, repeats: int, sync)
     return out
 
 
+def lm_section(runtime, rows_list: list[int], steps: int, sync) -> dict:
+    """The LM's decode step alone (the fast path's StaticDecoder, one generation) against the batched step
+    (lm_batch.BatchedDecoder) with 1..N rows active: ms a step, tokens a second, and whether each row drew the
+    tokens the single decoder draws for the same seed and prompt (equal to rounding: a product over several rows)."""
+    import torch
+
+    from digital_human.engines.cosyvoice.lm_batch import BatchedDecoder
+
+    decoder = runtime._lm_decoder()
+    lm = runtime.models.lm
+    hidden = lm.llm_embedding.weight.shape[1]
+    top = max(rows_list)
+    g = torch.Generator().manual_seed(3)
+    prompts = [(0.02 * torch.randn(1, 40 + 7 * r, hidden, generator=g)).to(runtime.device, decoder.dtype)
+               for r in range(top)]
+    banned = lm.min_len_banned(True)
+
+    def single_tokens(k: int) -> tuple[list[int], float]:
+        with torch.inference_mode():
+            decoder.begin(prompts[k], torch.Generator().manual_seed(k), steps + 1, banned)
+            sync()
+            t0 = time.perf_counter()
+            decoder.advance(steps)
+            sync()
+            return decoder.drawn[:steps + 1].tolist(), 1000 * (time.perf_counter() - t0) / steps
+
+    alone = [single_tokens(k) for k in range(top)]
+    out = {"steps": steps, "single_ms_per_step": round(statistics.median(ms for _, ms in alone), 4), "rows": {}}
+    with torch.inference_mode():
+        batch = BatchedDecoder(decoder, top, compile=bool(runtime.fast and runtime.fast.lm_compile))
+        sync()
+        t0 = time.perf_counter()
+        out["graph"] = batch.capture()
+        sync()
+        out["capture_s"] = round(time.perf_counter() - t0, 2)
+        for r in range(top):  # warm-up, untimed (first calls' one-off costs); the rows are admitted again below
+            batch.admit(r, prompts[r], r, steps + 1, banned)
+        for _ in range(4):
+            batch.step(top)
+        for rows in rows_list:
+            for r in range(top):
+                batch.release(r)
+            for r in range(rows):
+                seed = int(torch.randint(0, 2 ** 62, (1,), generator=torch.Generator().manual_seed(r)))
+                batch.admit(r, prompts[r], seed, steps + 1, banned)
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                batch.step(rows)
+            sync()
+            ms = 1000 * (time.perf_counter() - t0) / steps
+            drawn = batch.drawn[:rows, :steps + 1].tolist()
+            same = [drawn[r] == alone[r][0] for r in range(rows)]
+            out["rows"][str(rows)] = {"ms_per_step": round(ms, 4), "tokens_per_s": round(1000 * rows / ms, 1),
+                                      "vs_single_tokens_per_s": round(out["single_ms_per_step"] * rows / ms, 2),
+                                      "rows_with_the_single_decoders_tokens": sum(same)}
+    return out
+
+
 def main() -> None:
     import torch
 
@@ -164,7 +224,8 @@ def main() -> None:
     parser.add_argument("--rows", default="1,2,4,8", help="flow solve row counts (--tts-batch's sizes)")
     parser.add_argument("--flow-frames", type=int, default=400, help="a piece's flow length (prompt + tokens so "
                         "far, 2 frames a token)")
-    parser.add_argument("--sections", default="hift,flow")
+    parser.add_argument("--sections", default="hift,flow,lm")
+    parser.add_argument("--lm-steps", type=int, default=64, help="decode steps timed per row count (lm section)")
     parser.add_argument("--commit", default=os.environ.get("DH_COMMIT", ""))
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -183,6 +244,8 @@ def main() -> None:
     if "flow" in sections:
         report["flow"] = flow_section(runtime, [int(v) for v in args.rows.split(",")], args.flow_frames, args.repeats,
                                       sync)
+    if "lm" in sections:
+        report["lm"] = lm_section(runtime, [int(v) for v in args.rows.split(",")], args.lm_steps, sync)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))

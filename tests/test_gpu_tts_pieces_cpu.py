@@ -1,5 +1,5 @@
-"""benchmarks/gpu_tts_pieces.py's CPU smoke run (reduced release): both sections run and report every part, the HiFT
-graphs' path (eager on the CPU) gives the eager vocoder's waveform and a batched flow row its solve alone. The GPU
+"""benchmarks/gpu_tts_pieces.py's CPU smoke run (reduced release): every section runs and reports every part, the HiFT
+graphs' path (eager on the CPU) gives the eager vocoder's waveform a batched flow row its solve alone, and each batched LM row the single decoder's tokens. The GPU
 figures come from the H200 run."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_tts_pieces_benchmark_runs_on_the_cpu(tmp_path):
     out = tmp_path / "pieces.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_tts_pieces.py"), "--device", "cpu", "--size", "reduced",
-           "--repeats", "1", "--lengths", "4,9", "--rows", "1,2", "--flow-frames", "40", "--work", str(tmp_path / "w"),
+           "--repeats", "1", "--lengths", "4,9", "--rows", "1,2", "--flow-frames", "40", "--lm-steps", "6", "--work", str(tmp_path / "w"),
            "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -31,3 +31,7 @@ def test_tts_pieces_benchmark_runs_on_the_cpu(tmp_path):
     flow = report["flow"]
     assert flow["padded"] % 16 == 0 and sorted(flow["rows"]) == ["1", "2"]
     assert flow["rows"]["2"]["row0_max_abs_diff_vs_alone"] < 1e-4 and flow["rows"]["1"]["throughput_vs_1_row"] == 1.0
+    lm = report["lm"]
+    assert lm["graph"] is False and sorted(lm["rows"]) == ["1", "2"]  # the CPU: no CUDA graph
+    for rows, row in lm["rows"].items():
+        assert row["rows_with_the_single_decoders_tokens"] == int(rows) and row["ms_per_step"] > 0
