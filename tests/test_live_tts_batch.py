@@ -176,6 +176,18 @@ def test_batch_rows_checked_and_announced(caplog, engine_and_speaker):
     assert "--tts-batch 4 ignored" in caplog.text
 
 
+class _FlowRowsEngine:
+    """A fake voice engine with --tts-batch's flow half only (set_flow_rows; no LM half, so LiveVoice takes LM turns);
+    each test gives its own live_stream."""
+    name, sample_rate = "fake", 16000
+
+    def check_files(self) -> None:
+        pass
+
+    def set_flow_rows(self, rows: int) -> int:
+        return rows
+
+
 def test_a_first_piece_takes_the_lm_at_the_next_pause_of_a_long_hop():
     """With --tts-batch the lane's lock is held for a piece's tokens; a deferred stream pauses every PAUSE_TOKENS
     tokens, and LiveVoice gives the LM up there when an utterance's first piece waits (not before: no needless
@@ -186,15 +198,7 @@ def test_a_first_piece_takes_the_lm_at_the_next_pause_of_a_long_hop():
     log: list[str] = []
     b_waiting = threading.Event()
 
-    class Engine:
-        name, sample_rate = "fake", 16000
-
-        def check_files(self) -> None:
-            pass
-
-        def set_flow_rows(self, rows: int) -> int:
-            return rows
-
+    class Engine(_FlowRowsEngine):
         def live_stream(self, text, speaker, language="auto", limits=None, deferred=False):
             assert deferred
             yield lambda: np.ones(10, np.float32)  # the first piece
@@ -238,15 +242,7 @@ def test_the_first_piece_carries_when_it_got_the_lock_and_its_tokens():
     from digital_human.pipeline.live.metrics import STAGES, Utterance
     from digital_human.pipeline.live.voice import LiveVoice
 
-    class Engine:
-        name, sample_rate = "fake", 16000
-
-        def check_files(self) -> None:
-            pass
-
-        def set_flow_rows(self, rows: int) -> int:
-            return rows
-
+    class Engine(_FlowRowsEngine):
         def live_stream(self, text, speaker, language="auto", limits=None, deferred=False):
             time.sleep(0.02)  # the LM's tokens of the first piece
             yield lambda: (time.sleep(0.03), np.ones(10, np.float32))[1]  # its flow + vocoder
