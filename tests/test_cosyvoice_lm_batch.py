@@ -124,3 +124,24 @@ def test_a_failing_prompt_ends_its_generation_only(runtime_and_state):
     good = _tokens(runtime, state, TEXTS[1], 11, 23, decoder=loop, first_readback=11)
     loop.close()
     assert good == _tokens(runtime, state, TEXTS[1], 11, 23, decoder=decoder, first_readback=11)
+
+
+def test_a_dead_loop_fails_its_consumers_instead_of_leaving_them_waiting(runtime_and_state):
+    """A device error that also breaks freeing the row (as a sticky CUDA error would) ends the loop's thread: every
+    generation under way raises, and a later one is refused at once."""
+    from digital_human.engines.cosyvoice.lm_batch import LMBatchLoop
+
+    runtime, state = runtime_and_state
+    loop = LMBatchLoop(runtime._lm_decoder(), rows=1)
+
+    def broken(*_a, **_k):
+        raise RuntimeError("device lost")
+
+    loop.batch.step = broken
+    loop.batch.release = broken
+    with pytest.raises(RuntimeError, match="device lost"):
+        _tokens(runtime, state, TEXTS[1], 11, 23, decoder=loop)
+    loop._thread.join(10)
+    assert not loop._thread.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        _tokens(runtime, state, TEXTS[1], 11, 23, decoder=loop)

@@ -17,9 +17,15 @@ measured on a GPU).
   that generation. A generation that stops early (a stop token, its consumer gone) frees its row at once.
 
 A row draws the same tokens as the StaticDecoder would for the same seed and prompt (the same uniforms, the same rule),
-up to the rounding of a matrix product over several rows instead of one (tests/test_cosyvoice_lm_batch.py)."""
+up to rounding: the batched step's projections are matrix products over the rows, the compiled single step's are
+multiply-and-sum reductions (its gemv="reduce"), so now and then a draw at a rounding-sized boundary of the
+distribution differs, and that generation goes its own way from there (same distribution). On the CPU the tokens are
+equal (tests/test_cosyvoice_lm_batch.py); gpu_tts_pieces.py --sections lm counts the rows that match on a GPU.
+Every step computes every row (fixed shapes for one graph): a row alone pays for the others' attention and sampling,
+little beside the weights a step reads, but not measured yet."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -33,6 +39,13 @@ from .lm import PV_CHUNKS, StaticDecoder, ras_sample_tensor
 log = logging.getLogger("digital_human")
 
 _DONE = object()  # a generation's end in its queue
+
+
+def _failure(error: BaseException) -> BaseException:
+    """A fresh exception for one consumer (the same object raised in several threads would share a traceback)."""
+    failure = RuntimeError(f"CosyVoice 2 batched LM: {type(error).__name__}: {error}")
+    failure.__cause__ = error
+    return failure
 
 
 class BatchedDecoder:
@@ -66,19 +79,19 @@ class BatchedDecoder:
         self.uniforms = torch.zeros(b, self.capacity, 2, dtype=torch.float32, device=dev)
         self.drawn = torch.zeros(b, self.capacity, dtype=torch.long, device=dev)
         self.banned = torch.zeros(b, vocab, dtype=torch.bool, device=dev)
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.graph: Any = None  # the captured step's replay (capture)
         self.steps_run = 0   # steps of all rows
         self.row_steps = 0   # active rows summed over those steps (row_steps / steps_run = the mean batch)
         self.largest = 0     # the most rows active in one step
         self._fn, self._draw_fn = self._forward, self._draw
-        self.compiled = False
+        self.compiled = self.draw_compiled = False
         if compile:  # as StaticDecoder: inductor fuses the norms, rotary and residual adds of the step
             try:
                 fn = torch.compile(self._forward, dynamic=False)
                 draw = torch.compile(self._draw, dynamic=False)
                 with torch.inference_mode():  # with autograd on the K/V writes broke StaticDecoder's compile
                     self._run_step(fn, draw)
-                self._fn, self._draw_fn, self.compiled = fn, draw, True
+                self._fn, self._draw_fn, self.compiled, self.draw_compiled = fn, draw, True, True
             except Exception as exc:  # noqa: BLE001 - any compiler failure: the uncompiled step still works
                 log.warning("CosyVoice 2 batched LM step: torch.compile failed (%s); using the uncompiled step", exc)
         self.use_graph = self.device.type == "cuda" if cuda_graph is None else bool(cuda_graph)
@@ -143,31 +156,43 @@ class BatchedDecoder:
         self.embed.copy_(self.lm.speech_embedding.weight.index_select(0, self.token).view(self.rows, 1, -1))
         (draw or self._draw_fn)((fn or self._fn)(), self.active)
 
+    @torch.inference_mode()  # the buffers are inference tensors when made under it (set_lm_rows)
     def capture(self) -> bool:
         """The step of all rows as one CUDA graph (CUDA only; warm-up and capture on the StaticDecoder's capture
-        stream, rows inactive: nothing but unread K/V slots changes). False when not captured."""
+        stream with every row inactive: nothing but unread K/V slots changes). As StaticDecoder: a failed capture with
+        the compiled sampler is tried again with the uncompiled one; a second failure is logged and the steps run
+        without a graph. False when not captured. Call before any generation runs (warm-up)."""
         if not self.use_graph or self.graph is not None:
             return self.graph is not None
-        stream = self.single._graph_stream()
-        current = torch.cuda.current_stream(self.device)
+        from .flow import capture_graph
+
         active = self.active.clone()
         self.active.zero_()
-        stream.wait_stream(current)
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                self._run_step()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-            self._run_step()
-        current.wait_stream(stream)
-        self.active.copy_(active)
-        self.graph = graph
-        return True
+        try:
+            for attempt in ("compiled", "uncompiled"):
+                try:
+                    replay, _ = capture_graph(self._run_step, self.device, stream=self.single._graph_stream())
+                    self.graph = replay
+                    return True
+                except Exception as exc:  # noqa: BLE001 - the uncompiled sampler, then no graph
+                    if attempt == "compiled" and self.draw_compiled:
+                        log.warning("CosyVoice 2 batched LM: capture with the compiled sampler failed (%s); trying "
+                                    "the uncompiled sampler", exc)
+                        self._draw_fn, self.draw_compiled = self._draw, False
+                        torch.cuda.synchronize(self.device)
+                        continue
+                    log.warning("CosyVoice 2 batched LM: CUDA graph capture failed (%s); its steps run without a "
+                                "graph (slower)", exc)
+                    self.use_graph = False
+                    return False
+            return False
+        finally:
+            self.active.copy_(active)
 
     def step(self, active_rows: int) -> None:
         """One decode step of every row (the active ones advance); active_rows: how many are active (the stats)."""
         if self.graph is not None:
-            self.graph.replay()
+            self.graph()
         else:
             self._run_step()
         self.steps_run += 1
@@ -273,7 +298,12 @@ class LMBatchLoop:
             self._cv.notify_all()
         try:
             while True:
-                item = request.tokens.get()
+                try:
+                    item = request.tokens.get(timeout=1.0)
+                except queue.Empty:
+                    if self._thread is None or not self._thread.is_alive():
+                        raise RuntimeError("the batched LM's decode loop is not running (see the log)") from None
+                    continue
                 if item is _DONE:
                     return
                 if isinstance(item, BaseException):
@@ -298,15 +328,28 @@ class LMBatchLoop:
             self._thread.start()
 
     def _run(self) -> None:
-        if self.batch.device.type == "cuda":
-            from ..cuda_streams import TTS_PRIORITY
+        """The loop, on a stream of its own on CUDA (a reserved one: a stream shared with another owner could be
+        capturing, or queue the LM's steps behind flow solves). Whatever ends it unexpectedly ends every generation
+        waiting or under way with that error, and the loop takes no more (their consumers must not wait forever)."""
+        try:
+            stream = None
+            if self.batch.device.type == "cuda":
+                from ..cuda_streams import capture_stream, streams_enabled
 
-            self._stream = torch.cuda.Stream(self.batch.device, priority=TTS_PRIORITY)
-            with torch.cuda.stream(self._stream), torch.inference_mode():
+                torch.cuda.synchronize(self.batch.device)  # the set-up's fills and captures, made on other streams
+                stream = capture_stream(self.batch.device) if streams_enabled() else None
+            self._stream = stream
+            with (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()), \
+                    torch.inference_mode():
                 self._loop()
-        else:
-            with torch.inference_mode():
-                self._loop()
+        except BaseException as exc:  # noqa: BLE001
+            log.warning("CosyVoice 2 batched LM: the decode loop stopped: %s", exc)
+            with self._cv:
+                self._closed = True
+                for request in self._waiting + list(self._rows.values()):
+                    request.tokens.put(_failure(exc))
+                self._waiting.clear()
+                self._rows.clear()
 
     def _loop(self) -> None:
         while True:
@@ -314,9 +357,8 @@ class LMBatchLoop:
                 while not self._closed and not self._waiting and not self._rows:
                     self._cv.wait()
                 if self._closed:
-                    failure = RuntimeError("the batched LM loop was closed")
                     for request in self._waiting + list(self._rows.values()):
-                        request.tokens.put(failure)
+                        request.tokens.put(RuntimeError("the batched LM loop was closed"))
                     return
                 free = [r for r in range(self.rows) if r not in self._rows]
                 admitted = []
@@ -380,8 +422,13 @@ class LMBatchLoop:
                     self._finish(request, None)
 
     def _finish(self, request: _Request, error: BaseException | None) -> None:
-        """(Under the condition's lock.) The generation's row is freed; its consumer gets the end or the error."""
+        """(Under the condition's lock.) The generation's consumer gets the end or the error (first: a device that
+        fails below must not leave it waiting), and its row is freed."""
+        request.tokens.put(_DONE if error is None else _failure(error))
         if request.row is not None and self._rows.get(request.row) is request:
             del self._rows[request.row]
-            self.batch.release(request.row)
-        request.tokens.put(_DONE if error is None else error)
+            try:
+                self.batch.release(request.row)
+            except Exception as exc:  # noqa: BLE001 - the loop's guard (_run) ends every generation then
+                log.warning("CosyVoice 2 batched LM: freeing row %d failed: %s", request.row, exc)
+                raise

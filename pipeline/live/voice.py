@@ -180,8 +180,8 @@ class LiveVoice:
             log.warning("live: --tts-batch %d ignored: the %s voice has no padded flow solver (its fast path is off)",
                         rows, self.engine_name)
             return 1
-        log.info("live: up to %d sessions' TTS pieces share one flow solve and %d their LM steps (--tts-batch)",
-                 made, self.lm_rows)
+        log.info("live: --tts-batch %d: flow solves shared by up to %d sessions' pieces, LM steps by up to %d "
+                 "sessions (1: not shared)", rows, made, self.lm_rows)
         return max(made, self.lm_rows)
 
     @property
