@@ -252,7 +252,7 @@ class LMBatchLoop:
 
     def __init__(self, decoder: StaticDecoder, rows: int, compile: bool = False) -> None:
         self.batch = BatchedDecoder(decoder, rows, compile=compile)
-        self.sampling, self.capacity, self.readback = decoder.sampling, decoder.capacity, decoder.readback
+        self.capacity, self.readback = decoder.capacity, decoder.readback
         self.stop_tokens = set(decoder.lm.stop_tokens)
         self._cv = threading.Condition()
         self._waiting: list[_Request] = []

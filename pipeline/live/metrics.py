@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 # every stage border an utterance crosses, in order; the values are seconds after the request
-STAGES = ("tts_lock",            # the first piece got the voice's lock (the time before it: queued behind others)
+STAGES = ("tts_lock",            # the first piece got the voice's lock (the time before it: queued behind others;
+                                 # with --tts-batch's batched LM no lock is taken: the voice's first call)
           "tts_tokens",          # --tts-batch: the first piece's LM tokens are ready (its flow + vocoder follow)
           "tts_first_audio",     # the first TTS piece is ready
           "first_frame",         # the talking head made the first frame of the first piece
