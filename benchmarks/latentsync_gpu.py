@@ -240,6 +240,8 @@ def main() -> None:
     ap.add_argument("--whole-seconds", type=float, default=5.12, help="speech of the whole-pipeline section")
     ap.add_argument("--whole-repeats", type=int, default=1, help="timed runs of each side in the whole section "
                     "(the median run is the figure)")
+    ap.add_argument("--whole-pack-only", action="store_true", help="the whole section times the pack only (an A/B of "
+                    "the pack's own settings in separate processes; the ratio needs the reference in the same run)")
     ap.add_argument("--whole-warm-seconds", type=float, default=1.0, help="an untimed run of each side on this much "
                     "of the speech first (0: none)")
     ap.add_argument("--memory-seconds", default="10,60")
@@ -719,6 +721,8 @@ def main() -> None:
         runs = [pack_run(wave) for _ in range(max(1, args.whole_repeats))]
         out["pack"] = dict(median_run(runs), runs=[{k: r[k] for k in ("wall_s", "fps")} for r in runs])
         save()
+        if args.whole_pack_only:
+            return
         # --- the reference
         reference_modules(("matplotlib", "matplotlib.pyplot", "imageio"))
         import cv2

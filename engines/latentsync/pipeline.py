@@ -152,6 +152,16 @@ def cached_networks(device: str, precision: str, models_root: Any = None) -> Net
         return hit
 
 
+def upload(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`tensor` on `device`. A CPU tensor goes to a CUDA device through pinned memory, without a host sync: a copy
+    from pageable memory first waits for all the work queued on the stream, which for a window is the previous
+    window's 2 s of denoising. The device then idled while the host set up the next window, its launches
+    contending for the interpreter with the threads restoring the previous window's faces. The same values."""
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def make_scheduler():
     from diffusers import DDIMScheduler
 
@@ -343,6 +353,7 @@ class LatentSyncPipeline:
         self.host_timesteps = self.timesteps.cpu()
         self.latent_size = net.resolution // 8
         self._emb: dict[tuple[int, int], torch.Tensor] = {}
+        self._mask_on: dict[torch.device, torch.Tensor] = {}  # the mask image on each device it was used on
         # the VAE posterior's (mean, std) per (kind, reference frame) of this pipeline's video: a face is encoded
         # once however often the loop shows it (the draws from the generator are made every window, as the
         # reference's); MOMENTS_KEPT entries at most (mean and std: 64 KiB an entry at 512 px in FP16, 32 MiB)
@@ -384,9 +395,7 @@ class LatentSyncPipeline:
             while len(self._moments) > MOMENTS_KEPT:
                 self._moments.popitem(last=False)
         eps = torch.randn(mean.shape, generator=generator, device=generator.device, dtype=mean.dtype)
-        if eps.device.type == "cpu" and mean.device.type == "cuda":  # pinned: the copy queues without a host sync
-            eps = eps.pin_memory().to(mean.device, non_blocking=True)
-        return (mean + std * eps.to(mean.device)) * SCALING_FACTOR
+        return (mean + std * upload(eps, mean.device)) * SCALING_FACTOR
 
     def _time_emb(self, step: int, t: torch.Tensor, rows: int) -> torch.Tensor:
         hit = self._emb.get((step, rows))
@@ -404,7 +413,9 @@ class LatentSyncPipeline:
         if tuple(x.shape[-2:]) != (r, r):
             raise ValueError(f"faces must be {r}x{r} (the config's resolution), got {tuple(x.shape[-2:])}")
         pixels = (x / 255.0 - 0.5) / 0.5
-        mask = self.net.mask_image.to(pixels.device)
+        mask = self._mask_on.get(pixels.device)
+        if mask is None:  # once per device: a 6-MB float64 copy every window would be one more host sync
+            mask = self._mask_on[pixels.device] = self.net.mask_image.to(pixels.device)
         masked = pixels * mask
         masks = mask[0:1].expand(len(x), 1, r, r)
         return pixels, masked, masks
@@ -433,7 +444,7 @@ class LatentSyncPipeline:
         fast = self.fast if f == net.num_frames else None
         if dev.type == "cuda":  # the uint8 faces up (a quarter of float32's bytes), normalised there: the same
             # IEEE operations as on the CPU, so the same values, and no CPU pass while the device waits
-            faces = torch.as_tensor(np.asarray(faces)).to(dev, non_blocking=False)
+            faces = upload(torch.as_tensor(np.asarray(faces)), dev)
         pixels, masked, masks = self.prepare(faces)
         lat = self.latent_size
         mask_lat = F.interpolate(masks, size=(lat, lat)).to(device=dev, dtype=dt)
@@ -446,10 +457,10 @@ class LatentSyncPipeline:
             return t.permute(1, 0, 2, 3).unsqueeze(0).expand(rows, -1, -1, -1, -1)
 
         cond = torch.cat([video(mask_lat), video(masked_lat), video(ref_lat)], dim=1)
-        audio = audio.to(device=dev, dtype=dt)
+        audio = upload(audio, dev).to(dtype=dt)
         if cfg:
             audio = torch.cat([torch.zeros_like(audio), audio])
-        latents = noise.to(device=dev, dtype=dt).expand(-1, -1, f, -1, -1).contiguous()
+        latents = upload(noise, dev).to(dtype=dt).expand(-1, -1, f, -1, -1).contiguous()
         cache: dict | None = {} if self.cache_interval > 1 else None
         for k, (t, t_host) in enumerate(zip(self.timesteps, self.host_timesteps)):
             x = torch.cat([latents] * rows) if cfg else latents
