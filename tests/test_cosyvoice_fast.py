@@ -7,6 +7,7 @@ and the runtime's fast and streaming paths end to end.
 """
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -232,3 +233,21 @@ def test_static_prefill_matches_transformers(models, data, monkeypatch):
     assert int(static.pos) == int(plain.pos) == n and static.used == n
     tokens = list(models.lm.generate(*args, generator=torch.Generator().manual_seed(2024), decoder=static))
     assert tokens == data["out_lm_tokens"].tolist()
+
+
+def test_compiled_decoder_built_outside_inference_mode(models, data, caplog):
+    """A decoder made with autograd on (as a benchmark or a caller may) still compiles: traced with autograd on,
+    the step's in-place K/V writes failed the compile, and the uncompiled step ran instead, announced
+    (gpu_tts_pieces.py on an H200, 2026-12-04). Its log-probabilities are the uncompiled decoder's."""
+    assert torch.is_grad_enabled()
+    with caplog.at_level("WARNING", logger="digital_human"):
+        compiled = StaticDecoder(models.lm, capacity=64, compile=True)
+    assert not [r for r in caplog.records if "compile failed" in r.getMessage()]
+    assert not inspect.ismethod(compiled._fn)  # torch.compile's wrapper, not the bound uncompiled step
+    plain = StaticDecoder(models.lm, capacity=64)
+    tokens = data["out_lm_tokens"].tolist()[:8]
+    with torch.inference_mode():
+        emb = models.lm.prompt_embeddings(*_lm_inputs(data))[:, :48]
+        a = torch.stack([compiled.prefill(emb)] + [compiled.step(t) for t in tokens])
+        b = torch.stack([plain.prefill(emb)] + [plain.step(t) for t in tokens])
+    assert float((a - b).abs().max()) < 1e-4

@@ -421,7 +421,10 @@ class StaticDecoder:
             try:
                 fn = torch.compile(self._fn, dynamic=False)
                 self.pos.zero_()
-                fn()
+                # traced with autograd on, the in-place K/V writes fail the compile (seen on an H200 when the
+                # decoder was built outside inference mode: gpu_tts_pieces.py's lm section, 2026-12-04)
+                with torch.inference_mode():
+                    fn()
                 self._fn = fn
             except Exception as exc:  # noqa: BLE001 - any compiler failure: keep the uncompiled step
                 log.warning("CosyVoice 2 LM step: torch.compile failed (%s); using the uncompiled step", exc)
@@ -429,7 +432,8 @@ class StaticDecoder:
                 # the sampler is ~40 tiny kernels uncompiled; fused it is a handful
                 try:
                     draw = torch.compile(self._draw, dynamic=False)
-                    draw(torch.zeros(vocab, dtype=torch.float32, device=self.device))
+                    with torch.inference_mode():
+                        draw(torch.zeros(vocab, dtype=torch.float32, device=self.device))
                     self._draw_fn, self.draw_compiled = draw, True
                 except Exception as exc:  # noqa: BLE001
                     log.warning("CosyVoice 2 sampler: torch.compile failed (%s); using the uncompiled sampler", exc)
