@@ -10,8 +10,8 @@ the crop (face pixels) and the paste weight go to the shared driver, whose paste
 reference's blend (weight x face + (1 - weight) x frame). The paste weight's erosion and blur are sized from
 the face's area in crop pixels (the reference: frame pixels; the same fraction of the face).
 
-Memory: one window's faces on the device, a few windows' crops on the host (streamed) and on a GPU one window queued
-ahead (its faces cut while the model runs the window before it; see _Renderer._compute), the affines of the
+Memory: one or two windows' faces on the device, a few windows' crops on the host (streamed) and on a GPU one window
+queued ahead (its faces cut while the model runs the window before it; see _Renderer._compute), the affines of the
 reference frames (N x 2 x 3): flat in the video's length.
 """
 from __future__ import annotations
@@ -272,8 +272,9 @@ class _Renderer:
     def _compute(self, k: int) -> list[np.ndarray]:
         """Window k's crops. The next window is queued before this one's faces are restored: the model runs it
         while this thread (and the caller, pasting into the frames) does the CPU work of this one, and its
-        faces are cut while this one denoises. One window ahead at most: one more window's faces on the host,
-        the device still holds one window at a time (one denoise thread)."""
+        faces are cut while this one denoises. One window ahead at most: one more window's faces on the host, and
+        on a GPU two windows' work queued at most (the denoise thread queues the next one without waiting for the
+        one running: pipeline.upload)."""
         import torch
 
         from .geometry import face_back
