@@ -56,6 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bootstrap import ROOT, import_pack  # noqa: E402
+from _contention import GilProbe, GpuUtilSampler  # noqa: E402
 from _stack_sampler import StackSampler  # noqa: E402
 
 TOKENS_PER_CHAR = 25 / 14
@@ -587,7 +588,13 @@ def server_main(args: argparse.Namespace) -> None:
                                                                                         args.budget_s else 0)]
             t1 = time.perf_counter()
             sampler = StackSampler(interval_s=0.01, depth=4, group=live_thread_row) if args.sample_stacks else None
+            # is the interpreter lock or the GPU what the phase waits on (benchmarks/_contention.py)
+            gil = GilProbe()
+            gpu = GpuUtilSampler() if str(args.device).startswith("cuda") else None
             try:
+                gil.__enter__()
+                if gpu is not None:
+                    gpu.__enter__()
                 if sampler is not None:
                     sampler.__enter__()
                 proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -600,7 +607,12 @@ def server_main(args: argparse.Namespace) -> None:
             finally:
                 if sampler is not None:
                     sampler.__exit__(None, None, None)
+                if gpu is not None:
+                    gpu.__exit__(None, None, None)
+                gil.__exit__(None, None, None)
             phase = json.loads(out.read_text()) if out.is_file() else partial_phase(stdout, stderr)
+            phase["contention"] = {"interpreter_lock": gil.report(),
+                                   "gpu": gpu.report() if gpu is not None else {"error": "not a CUDA run"}}
             if sampler is not None:  # which of the server's threads spent the phase where (and their CPU seconds)
                 phase["server_threads"] = sampler.report(top=5)
             phase.update(sessions=sessions, audio=audio, wall_s=round(time.perf_counter() - t1, 1),
