@@ -267,7 +267,8 @@ class FastPath:
 
 
 MOMENTS_KEPT = 512  # VAE posterior moments kept per pipeline: 256 reference frames x (masked, reference)
-GRAPHS_ENV = "DIGITAL_HUMAN_LATENTSYNC_GRAPHS"  # "1": the compiled steps replayed from CUDA graphs (off until measured)
+GRAPHS_ENV = "DIGITAL_HUMAN_LATENTSYNC_GRAPHS"  # "1": the compiled steps replayed from CUDA graphs. Off by default:
+# with no host sync left in the loop for them to hide, they gain little and cost memory (benchmarks/RESULTS.md)
 # The fast path's motion modules' temporal attention through engines/latentsync/short_attention.py's kernel: "1" on,
 # "0" off, unset: on wherever the Triton kernel runs (CUDA with Triton). Measured on an H200 (2026-12-03,
 # benchmarks/RESULTS.md): the eager step 175.7 -> 162.4 ms, 20-step windows within 1.12 of 255 levels of SDPA's
