@@ -86,7 +86,7 @@ class GpuUtilSampler:
             self.error = "nvidia-smi not found on PATH"
             return self
         cmd = [self.executable, f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits",
-               f"--id={self.index}", f"-lms={self.interval_ms}"]
+               f"--id={self.index}", f"--loop-ms={self.interval_ms}"]
         try:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         except OSError as exc:

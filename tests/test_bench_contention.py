@@ -45,7 +45,7 @@ def test_the_lock_probe_sees_a_thread_that_holds_the_interpreter_lock():
 def test_the_gpu_sampler_parses_the_query_loop(tmp_path):
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\n"
-                    "case \"$*\" in *--query-gpu=utilization.gpu,memory.used*--format=csv,noheader,nounits*) ;;\n"
+                    "case \"$*\" in *--query-gpu=utilization.gpu,memory.used*--format=csv,noheader,nounits*--loop-ms=100*) ;;\n"
                     "  *) echo \"unexpected arguments: $*\" >&2; exit 2 ;; esac\n"
                     "for u in 10 100 97 40; do echo \"$u, 2048\"; done\nexec sleep 30\n")
     fake.chmod(0o755)
