@@ -4,8 +4,9 @@ tokens to make (live mode's `--tts-batch`, the LM's half; flow_batch.py is the f
 Why: on the H200 with 8 sessions (benchmarks/RESULTS_live.md, 2026-12-04) the flow batcher seldom found two pieces
 ready together (at most 2 rows a solve), because the one LM made the sessions' tokens in turn: each session held
 the LM for its piece's tokens while the others' first pieces queued behind it. A decode step of the 0.5 B LM reads
-all its weights whatever the rows, so rows of other sessions ride along in the same step (an expectation: not yet
-measured on a GPU).
+all its weights whatever the rows, so rows of other sessions ride along in the same step: on the H200 (2026-12-04)
+the step took 3.75 ms at 1, 2, 4 and 8 rows. But the 8-session live run that day carried 1.33 rows a step and
+came out slower to the first frame, so `--tts-batch` stays off (benchmarks/RESULTS_live.md).
 
 - BatchedDecoder: StaticDecoder's fused step (the same weights, re-stored once by that decoder) for `rows`
   generations, each with its own KV-cache rows, position, sampler state and uniforms; one CUDA graph for the step of
@@ -20,9 +21,8 @@ A row draws the same tokens as the StaticDecoder would for the same seed and pro
 up to rounding: the batched step's projections are matrix products over the rows, the compiled single step's are
 multiply-and-sum reductions (its gemv="reduce"), so now and then a draw at a rounding-sized boundary of the
 distribution differs, and that generation goes its own way from there (same distribution). On the CPU the tokens are
-equal (tests/test_cosyvoice_lm_batch.py); gpu_tts_pieces.py --sections lm counts the rows that match on a GPU.
-Every step computes every row (fixed shapes for one graph): a row alone pays for the others' attention and sampling,
-little beside the weights a step reads, but not measured yet."""
+equal (tests/test_cosyvoice_lm_batch.py); on the H200 all 8 rows drew the single decoder's tokens (gpu_tts_pieces.py
+--sections lm). Every step computes every row (fixed shapes for one graph): a row alone pays the step of 8."""
 from __future__ import annotations
 
 import contextlib
