@@ -108,7 +108,8 @@ class Piece:
     wave: np.ndarray          # float32 mono at the voice's rate
     phones: Any = None        # (phone, start_s, end_s) of the piece, when the engine says (Kokoro)
     # an utterance's first piece: when (time.perf_counter) it crossed the voice's inner borders - "tts_lock": the
-    # lane's lock was first granted (with a batched LM, which takes no lock: the voice's first call); "tts_tokens" (--tts-batch): its LM tokens were ready, the audio still to make.
+    # lane's lock was first granted (with a batched LM, which takes no lock: the voice's first call); "tts_tokens"
+    # (--tts-batch): its LM tokens were ready, the audio still to make.
     # Why: under load the first audio's wait splits into queueing for the LM, the LM, and the flow + vocoder
     marks: dict[str, float] = field(default_factory=dict)
 
