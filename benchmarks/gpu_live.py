@@ -514,12 +514,21 @@ def server_main(args: argparse.Namespace) -> None:
               "phases": []}
 
     def save() -> None:
+        if "flow_kernels" in report:  # a compile that failed during the warm-up or a phase says so here
+            report["flow_kernels"]["compile_note"] = getattr(getattr(voice.engine.runtime(), "_solver", None),
+                                                             "compile_note", None)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1))
 
     t0 = time.perf_counter()
+    from digital_human.engines.cosyvoice.engine import FLOW_KERNELS_ENV
+
+    if args.flow_kernels != "off":  # the engine reads it when it makes its runtime (fast_path_from_env)
+        os.environ[FLOW_KERNELS_ENV] = args.flow_kernels
     voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state, args.first_hop,
                         args.tts_lanes, args.tts_batch)
+    solver = getattr(voice.engine.runtime(), "_solver", None)
+    report["flow_kernels"] = {"mode": args.flow_kernels, "compile_note": getattr(solver, "compile_note", None)}
     report["tts_lanes"] = voice.lanes
     report["tts_batch"] = voice.batch_rows
     report["voice_build_s"] = round(time.perf_counter() - t0, 1)
@@ -817,6 +826,8 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/gpu_live")
     parser.add_argument("--face-fast-path", default="auto", choices=["auto", "on", "off"],
                         help="MuseTalk's compiled step (auto: serve's default, on with CUDA)")
+    parser.add_argument("--flow-kernels", choices=("off", "fused", "compiled"), default="off",
+                        help="CosyVoice 2's flow solve with fewer kernels (DIGITAL_HUMAN_COSYVOICE_FLOW_KERNELS)")
     parser.add_argument("--sample-stacks", action="store_true", help="sample the server's threads during each "
                         "phase (where each stage's threads spend the time, their CPU seconds)")
     parser.add_argument("--budget-s", type=float, default=0.0, help="start no phase, and no utterance, past this "

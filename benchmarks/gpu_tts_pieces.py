@@ -1,7 +1,9 @@
 """CosyVoice 2 live pieces, part by part, each against its baseline in the same process: HiFT eager vs replayed from
 its CUDA graph per piece length (engines/cosyvoice/hift_graph.py), the flow's padded solve at 1 row vs several
 sessions' solves as rows of one (engines/cosyvoice/flow_batch.py, `serve --tts-batch`), and the LM's decode step of
-one generation vs the batched step of several (engines/cosyvoice/lm_batch.py, `--tts-batch`'s LM half).
+one generation vs the batched step of several (engines/cosyvoice/lm_batch.py, `--tts-batch`'s LM half), and the
+flow solve with fewer kernels (engines/cosyvoice/flow_kernels.py: q/k/v fused, blocks compiled; `--sections
+flow_kernels`) against the serving solve.
 
 Random-weight release of the released architecture (`--size full`; `reduced` for a CPU smoke run). Per HiFT length
 (mel frames of a live piece): median and min-max of --repeats calls after a warm-up call, eager and from the graph, with the same source
@@ -151,6 +153,78 @@ def flow_section(runtime, rows_list: list[int], frames: int, repeats: int, sync)
     return out
 
 
+def _kernels_per_solve(solver, inputs: dict, steps: int) -> int | None:
+    """GPU kernels one uncaptured solve launches (what its CUDA graph replays one after another); None off CUDA."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from digital_human.engines.cosyvoice.flow import solve_ode
+
+    if not inputs["mu"].is_cuda:
+        return None
+    x = solver._noise(int(inputs["mu"].shape[0]), int(inputs["mu"].shape[2]), inputs["mu"])
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        solve_ode(solver.estimator, x, inputs["mu"], inputs["mask"], inputs["spks"], inputs["cond"], steps,
+                  solver.cfg_rate)
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def flow_kernels_section(runtime, frames_list: list[int], rows_list: list[int], repeats: int, sync) -> dict:
+    """The flow solve with fewer kernels (engines/cosyvoice/flow_kernels.py): the serving solver's estimator as it is
+    ("plain"), with q/k/v fused, and fused + its blocks compiled; each variant a FastCFM of its own (graphs on CUDA),
+    per padded length and row count: median time, kernels per solve, and the largest difference from plain's."""
+    import torch
+
+    from digital_human.engines.cosyvoice.flow import FastCFM
+
+    flow = runtime.models.flow
+    steps, spk_dim = flow.cfg.timesteps, flow.spk_embed_affine_layer.out_features
+    cuda = runtime.device.type == "cuda"
+    dtype = torch.float16 if cuda else torch.float32
+    variants = {"plain": {}, "fused": {"fused": True}, "fused_compiled": {"fused": True, "compiled": True}}
+    g = torch.Generator().manual_seed(1)
+    top, longest = max(rows_list), -(-max(frames_list) // 64) * 64  # FastCFM's default bucket: 64 frames
+    base = {"mu": torch.randn(top, 80, longest, generator=g), "cond": torch.randn(top, 80, longest, generator=g),
+            "spks": torch.randn(top, spk_dim, generator=g), "mask": torch.ones(top, 1, longest)}
+    base = {k: v.to(runtime.device) for k, v in base.items()}
+    out: dict = {"steps": steps, "dtype": str(dtype), "variants": {}}
+    results: dict = {}
+    for name, options in variants.items():
+        solver = FastCFM(flow.decoder, dtype, **options)
+        entry: dict = {"lengths": {}}
+        for frames in frames_list:
+            padded = -(-frames // solver.bucket) * solver.bucket
+            for rows in rows_list:
+                inputs = {k: (v[:rows, :, :padded] if v.dim() == 3 else v[:rows]) for k, v in base.items()}
+                inputs["mask"] = inputs["mask"].clone()
+                inputs["mask"][1:, :, frames // 2:] = 0  # the other rows shorter, as sessions' pieces differ
+                sync()
+                t0 = time.perf_counter()
+                solver.prepare(padded, steps, spk_dim, rows=(rows,))  # compiles (first call) and captures
+                sync()
+                prepare_s = time.perf_counter() - t0
+                with torch.inference_mode():
+                    stats, x = _timed(lambda: solver.solve_rows(inputs["mu"], inputs["mask"], inputs["spks"],
+                                                                inputs["cond"], steps), sync, repeats)
+                key = f"{padded}x{rows}"
+                row = {**stats, "prepare_s": round(prepare_s, 2), "kernels": _kernels_per_solve(solver, inputs, steps)}
+                results[(name, key)] = x
+                if name != "plain":
+                    ref = results[("plain", key)].float()
+                    row["max_abs_diff_vs_plain"] = float((x.float() - ref).abs().max())
+                    row["plain_abs_max"] = float(ref.abs().max())
+                    row["speedup_vs_plain"] = round(out["variants"]["plain"]["lengths"][key]["median_ms"]
+                                                    / max(stats["median_ms"], 1e-9), 3)
+                entry["lengths"][key] = row
+        entry["compile_note"] = solver.compile_note
+        entry["reserved_mib"] = round(torch.cuda.memory_reserved(runtime.device) / 2 ** 20, 1) if cuda else None
+        out["variants"][name] = entry
+        print(json.dumps({name: {k: {"median_ms": v["median_ms"], "kernels": v["kernels"]}
+                                 for k, v in entry["lengths"].items()}}), flush=True)
+    return out
+
+
 def lm_section(runtime, rows_list: list[int], steps: int, sync) -> dict:
     """The LM's decode step alone (the fast path's StaticDecoder, one generation) against the batched step
     (lm_batch.BatchedDecoder) with 1..N rows active: ms a step, tokens a second, and whether each row drew the
@@ -224,7 +298,9 @@ def main() -> None:
     parser.add_argument("--rows", default="1,2,4,8", help="flow solve row counts (--tts-batch's sizes)")
     parser.add_argument("--flow-frames", type=int, default=400, help="a piece's flow length (prompt + tokens so "
                         "far, 2 frames a token)")
-    parser.add_argument("--sections", default="hift,flow,lm")
+    parser.add_argument("--sections", default="hift,flow,lm", help="any of hift, flow, lm, flow_kernels")
+    parser.add_argument("--kernel-frames", default="192,448", help="flow_kernels: padded piece lengths (a first "
+                        "piece with a 3-s prompt pads to 192 frames)")
     parser.add_argument("--lm-steps", type=int, default=64, help="decode steps timed per row count (lm section)")
     parser.add_argument("--commit", default=os.environ.get("DH_COMMIT", ""))
     args = parser.parse_args()
@@ -244,6 +320,9 @@ def main() -> None:
     if "flow" in sections:
         report["flow"] = flow_section(runtime, [int(v) for v in args.rows.split(",")], args.flow_frames, args.repeats,
                                       sync)
+    if "flow_kernels" in sections:
+        report["flow_kernels"] = flow_kernels_section(runtime, [int(v) for v in args.kernel_frames.split(",")],
+                                                      [int(v) for v in args.rows.split(",")], args.repeats, sync)
     if "lm" in sections:
         report["lm"] = lm_section(runtime, [int(v) for v in args.rows.split(",")], args.lm_steps, sync)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

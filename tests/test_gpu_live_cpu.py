@@ -24,6 +24,7 @@ def test_face_profile_runs_on_the_cpu(setup_models, data_dir, tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_live.py"), "--size", "reduced", "--device", "cpu",
            "--phases", "none", "--face-profile", "2", "--tts-profile", "1", "--tts-lanes", "2", "--lanes-check", "1",
+           "--flow-kernels", "fused",
            "--work", str(tmp_path / "work"),
            "--face", str(data_dir / "image" / "face_01_female.jpg"), "--face-models", str(models_root() / "face"),
            "--out", str(out)]
@@ -31,6 +32,7 @@ def test_face_profile_runs_on_the_cpu(setup_models, data_dir, tmp_path):
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
     report = json.loads(out.read_text())
     assert report["phases"] == []
+    assert report["flow_kernels"] == {"mode": "fused", "compile_note": None}  # the CPU has no fast path: nothing to do
     assert set(report["tts_profile"]) == {"8", "4"}
     lanes = report["lanes_check"]  # two lanes at once speak what each speaks alone
     assert report["tts_lanes"] == 2 and lanes["audio_equal"] and lanes["max_abs_diff"] == 0.0 and lanes["overlap"] > 0

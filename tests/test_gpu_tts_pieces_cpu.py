@@ -19,6 +19,7 @@ def test_tts_pieces_benchmark_runs_on_the_cpu(tmp_path):
     out = tmp_path / "pieces.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_tts_pieces.py"), "--device", "cpu", "--size", "reduced",
            "--repeats", "1", "--lengths", "4,9", "--rows", "1,2", "--flow-frames", "40", "--lm-steps", "6", "--work", str(tmp_path / "w"),
+           "--sections", "hift,flow,lm,flow_kernels", "--kernel-frames", "40,100",
            "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -35,3 +36,11 @@ def test_tts_pieces_benchmark_runs_on_the_cpu(tmp_path):
     assert lm["graph"] is False and sorted(lm["rows"]) == ["1", "2"]  # the CPU: no CUDA graph
     for rows, row in lm["rows"].items():
         assert row["rows_with_the_single_decoders_tokens"] == int(rows) and row["ms_per_step"] > 0
+    kernels = report["flow_kernels"]["variants"]
+    assert sorted(kernels) == ["fused", "fused_compiled", "plain"]
+    for name, variant in kernels.items():
+        assert sorted(variant["lengths"]) == ["128x1", "128x2", "64x1", "64x2"] and variant["compile_note"] is None
+        for row in variant["lengths"].values():
+            assert row["kernels"] is None  # counted on CUDA only
+            if name != "plain":  # FP32 on the CPU: the same solve up to rounding
+                assert row["max_abs_diff_vs_plain"] < 1e-4 * max(row["plain_abs_max"], 1.0) and row["speedup_vs_plain"] > 0

@@ -47,6 +47,7 @@ SPECIAL_TOKENS = {
 
 
 FAST_ENV = "DIGITAL_HUMAN_COSYVOICE_FAST"  # "1": the fast path on a CUDA device (FP32 eager otherwise)
+FLOW_KERNELS_ENV = "DIGITAL_HUMAN_COSYVOICE_FLOW_KERNELS"  # "fused" / "compiled": FastPath.flow_fused / + flow_compile
 HIFT_GRAPHS_ENV = "DIGITAL_HUMAN_COSYVOICE_HIFT_GRAPHS"  # "0": live pieces vocoded eagerly (FastPath.hift_graph off)
 STREAM_HOP_TOKENS = 25  # tokens per streamed piece (1 s of speech; the reference streams 25-token hops)
 FIRST_HOP_TOKENS = 8    # live mode's first piece (0.32 s of speech): its audio after 8 + pre_lookahead_len tokens
@@ -116,6 +117,11 @@ class FastPath:
       token; costs a compile on first use per runtime (a failed compile is logged, the step runs uncompiled).
     flow_half: the flow estimator (the ODE's network) as an FP16 copy; the token encoder stays FP32.
     flow_graph: the whole 10-step ODE solve as one CUDA graph per padded length (flow.FastCFM).
+    flow_fused: the estimator copy's self-attention q/k/v as one projection (flow_kernels.fuse_projections): the
+      same products, ~1,100 fewer kernels per solve. Off until measured on a GPU (benchmarks/gpu_tts_pieces.py
+      --sections flow_kernels).
+    flow_compile: the estimator copy's transformer and ResNet blocks compiled by inductor (flow_kernels.compile_blocks;
+      a failed compile is announced and the blocks run eagerly). Off until measured on a GPU, as flow_fused.
     hift_half: HiFT's upsampler convolutions under FP16 autocast (F0 and sine source in FP32). Off by
       default: on the H200 it was not faster than FP32 (TF32) convolutions. Weight norm is always folded.
     lm_device_sampling: the top-p/top-k + repetition-aware draw as tensor ops on the device, inside the LM
@@ -145,6 +151,8 @@ class FastPath:
     lm_compile: bool = True
     flow_half: bool = True
     flow_graph: bool = True
+    flow_fused: bool = False
+    flow_compile: bool = False
     hift_half: bool = False
     lm_capacity: int = 2560  # KV-cache slots: prompt + generated tokens; longer calls fall back to eager
     lm_device_sampling: bool = True
@@ -153,6 +161,16 @@ class FastPath:
     lm_gemv: str = "reduce"
     hift_prefetch: bool = True
     hift_graph: bool = True
+
+
+def fast_path_from_env() -> FastPath:
+    """The serving FastPath with FLOW_KERNELS_ENV applied: unset or "" = as measured by default (flow_kernels off),
+    "fused" = q/k/v fused, "compiled" = fused and the blocks compiled. Another value is refused, naming the variable."""
+    raw = os.environ.get(FLOW_KERNELS_ENV, "").strip().lower()
+    if raw not in ("", "fused", "compiled"):
+        raise ValueError(f"{FLOW_KERNELS_ENV}={raw!r}: give 'fused' (q/k/v as one projection), 'compiled' (fused, "
+                         "and the flow's blocks compiled by inductor) or leave it unset")
+    return FastPath(flow_fused=raw in ("fused", "compiled"), flow_compile=raw == "compiled")
 
 
 def _resample(wave: np.ndarray, sr: int, target: int) -> np.ndarray:
@@ -287,7 +305,8 @@ class CosyVoice2Runtime:
             first = self._weights_from._flow_solver() if self._weights_from is not None else None
             self._solver = FastCFM(self.models.flow.decoder, torch.float16 if self.fast.flow_half else torch.float32,
                                    cuda_graph=self.fast.flow_graph and self.device.type == "cuda",
-                                   estimator=first.estimator if first is not None else None)
+                                   estimator=first.estimator if first is not None else None,
+                                   fused=self.fast.flow_fused, compiled=self.fast.flow_compile)
         return self._solver
 
     def set_flow_rows(self, rows: int) -> int:
@@ -542,7 +561,7 @@ class CosyVoice2Engine:
     def runtime(self, lane: int = 0) -> CosyVoice2Runtime:
         """The loaded release; lane > 0: that lane (set_lanes), which shares its networks."""
         if self._runtime is None:
-            self._runtime = CosyVoice2Runtime(self.folder, self.device, FastPath() if self.fast else None)
+            self._runtime = CosyVoice2Runtime(self.folder, self.device, fast_path_from_env() if self.fast else None)
         if lane <= 0:
             return self._runtime
         if lane > len(self._lanes):

@@ -287,9 +287,13 @@ class Estimator(nn.Module):
         self.final_proj = nn.Conv1d(channels, out_channels, 1)
 
     @staticmethod
-    def _transformers(blocks: nn.ModuleList, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        keep = mask.bool()  # [B, 1, T] -> additive bias [B, 1, T, T] (0 = attend, -1e10 = padding)
-        bias = ((1.0 - keep.repeat(1, x.shape[-1], 1).to(x.dtype)) * -1.0e10).unsqueeze(1)
+    def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """[B, 1, T] mask -> the transformers' additive bias [B, 1, T, T] (0 = attend, -1e10 = padding)."""
+        keep = mask.bool()
+        return ((1.0 - keep.repeat(1, mask.shape[-1], 1).to(dtype)) * -1.0e10).unsqueeze(1)
+
+    @staticmethod
+    def _transformers(blocks: nn.ModuleList, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         h = x.transpose(1, 2).contiguous()
         for block in blocks:
             h = block(h, bias)
@@ -300,15 +304,17 @@ class Estimator(nn.Module):
         # sinusoids of t * 1000 in float32 even for a half-precision estimator (fp16 has 0.5 steps at 1000)
         temb = self.time_mlp(timestep_sinusoids(t.float(), self.in_channels).to(x.dtype))
         h = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
+        # one bias for all 14 stages (no stage changes the length): built once, not 14 times (~5 kernels each)
+        bias = self.attention_bias(mask, x.dtype)
         resnet, blocks, down = self.down_blocks[0]
-        h = self._transformers(blocks, resnet(h, mask, temb), mask)
+        h = self._transformers(blocks, resnet(h, mask, temb), bias)
         skip = h
         h = down(h * mask)
         for resnet, blocks in self.mid_blocks:
-            h = self._transformers(blocks, resnet(h, mask, temb), mask)
+            h = self._transformers(blocks, resnet(h, mask, temb), bias)
         resnet, blocks, up = self.up_blocks[0]
         h = torch.cat([h[:, :, :skip.shape[-1]], skip], dim=1)
-        h = self._transformers(blocks, resnet(h, mask, temb), mask)
+        h = self._transformers(blocks, resnet(h, mask, temb), bias)
         h = up(h * mask)
         h = self.final_block(h, mask)
         return self.final_proj(h * mask) * mask
@@ -372,15 +378,26 @@ class FastCFM:
     """
 
     def __init__(self, decoder: CFMDecoder, dtype: torch.dtype = torch.float16, bucket: int = 64,
-                 cuda_graph: bool | None = None, estimator: nn.Module | None = None) -> None:
+                 cuda_graph: bool | None = None, estimator: nn.Module | None = None, fused: bool = False,
+                 compiled: bool = False) -> None:
         """estimator: another solver's `estimator` (the same decoder's copy in `dtype`) to use instead of making
-        a copy: live mode's TTS lanes each have a solver (graphs, pool) of their own but one copy of the weights."""
+        a copy: live mode's TTS lanes each have a solver (graphs, pool) of their own but one copy of the weights
+        (then fused / compiled are that copy's). fused / compiled: fewer kernels per solve (flow_kernels:
+        q/k/v as one projection; the blocks compiled by inductor)."""
         import copy
 
         if estimator is not None and next(estimator.parameters()).dtype != dtype:
             raise ValueError(f"the shared estimator is {next(estimator.parameters()).dtype}, this solver's is {dtype}")
-        self.estimator = estimator if estimator is not None else \
-            copy.deepcopy(decoder.estimator).to(dtype).requires_grad_(False)
+        self.compile_note: str | None = None  # set when a compile failed and the blocks went back to eager
+        if estimator is None:
+            from .flow_kernels import compile_blocks, fuse_projections
+
+            estimator = copy.deepcopy(decoder.estimator).to(dtype).requires_grad_(False)
+            if fused:
+                fuse_projections(estimator)
+            if compiled:
+                compile_blocks(estimator)
+        self.estimator = estimator
         self.noise, self.cfg_rate, self.bucket = decoder.noise, decoder.cfg_rate, int(bucket)
         self._noise_on: dict[tuple, torch.Tensor] = {}  # the noise per (device, dtype): a host copy each solve syncs
         device = next(self.estimator.parameters()).device
@@ -409,8 +426,8 @@ class FastCFM:
             return entry
         static = {k: v.clone() for k, v in inputs.items()}
         static["x"] = self._noise(rows, padded, inputs["mu"])  # the start noise: a constant the graph never writes
-        run = lambda: solve_ode(self.estimator, static["x"], static["mu"], static["mask"], static["spks"],  # noqa: E731
-                                static["cond"], steps, self.cfg_rate)
+        run = lambda: self._solve(static["x"], static["mu"], static["mask"], static["spks"],  # noqa: E731
+                                  static["cond"], steps)
         device = static["x"].device
         if self._pool is None and device.type == "cuda":
             self._pool = torch.cuda.graph_pool_handle()
@@ -446,6 +463,25 @@ class FastCFM:
         self.prepared = max(self.prepared, top)
         return len(self.graphs)
 
+    def _solve(self, x: torch.Tensor, mu: torch.Tensor, mask: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor,
+               steps: int) -> torch.Tensor:
+        """solve_ode with this solver's estimator. Compiled blocks compile at their first call (a graph's warm-up
+        call, before its capture); if that fails, the failure is announced, the blocks go back to their eager
+        forward and the solve runs again."""
+        try:
+            return solve_ode(self.estimator, x, mu, mask, spks, cond, steps, self.cfg_rate)
+        except Exception as exc:
+            from .flow_kernels import compiled_blocks, uncompile_blocks
+
+            capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+            if not compiled_blocks(self.estimator) or capturing:
+                raise
+            self.compile_note = (f"CosyVoice 2 flow: compiling the estimator's blocks failed ({type(exc).__name__}: "
+                                 f"{exc}); they run eagerly")
+            log.warning("[digital_human] %s", self.compile_note)
+            uncompile_blocks(self.estimator)
+            return solve_ode(self.estimator, x, mu, mask, spks, cond, steps, self.cfg_rate)
+
     def _noise(self, rows: int, padded: int, like: torch.Tensor) -> torch.Tensor:
         """The start noise of `rows` solves padded to `padded` frames: every row the decoder's one noise, so a
         row's frames start where a solve of that row alone starts."""
@@ -476,7 +512,7 @@ class FastCFM:
         if padded > NOISE_FRAMES:
             raise ValueError(f"{padded} mel frames exceed the decoder's {NOISE_FRAMES}; synthesize shorter text")
         if not self.use_graph:
-            return solve_ode(self.estimator, self._noise(rows, padded, mu), mu, mask, spks, cond, steps, self.cfg_rate)
+            return self._solve(self._noise(rows, padded, mu), mu, mask, spks, cond, steps)
         inputs = {"mu": mu, "mask": mask, "spks": spks, "cond": cond}  # the graph holds its own start noise
         with self._replay_lock:  # one replay at a time: the graphs share their memory pool
             replay, static, out = self._graph(padded, steps, inputs)
