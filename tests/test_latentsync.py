@@ -277,3 +277,46 @@ def test_short_attention_is_the_fast_path_default_where_the_kernel_runs(monkeypa
     monkeypatch.setenv(SHORT_ATTENTION_ENV, "yes")
     with pytest.raises(ValueError, match=SHORT_ATTENTION_ENV):
         short_attention_wanted("cuda")
+
+
+def test_fused_projections_keep_the_output_and_the_state_dict():
+    """fuse_projections stacks every self-attention's q/k/v (spatial attn1, the motion modules' temporal attention) into
+    one projection, leaves cross-attention alone and the state dict (strict loading) as it was; the output stays."""
+    pytest.importorskip("diffusers", reason="LatentSync is an optional extra: pip install .[latentsync]")
+    import torch
+
+    from digital_human.engines.latentsync.random_release import UNET_MODEL_REDUCED
+    from digital_human.engines.latentsync.unet import Attention, LatentSyncUNet
+
+    torch.manual_seed(0)
+    net = LatentSyncUNet(UNET_MODEL_REDUCED).eval()
+    with torch.no_grad():  # the motion modules' proj_out start at zero (as AnimateDiff's): make them count
+        for p in net.parameters():
+            if not p.any():
+                p.normal_(0, 0.02)
+    keys = sorted(net.state_dict())
+    x, audio = torch.randn(2, 13, 4, 8, 8), torch.randn(8, 30, 384)
+    with torch.no_grad():
+        three = net(x, torch.tensor(501), audio, uncond_rows=1)
+        fused = net.fuse_projections()
+        one = net(x, torch.tensor(501), audio, uncond_rows=1)
+    attentions = [m for m in net.modules() if isinstance(m, Attention)]
+    cross = [m for m in attentions if m.to_k.in_features != m.to_q.in_features]
+    assert cross and fused == len(attentions) - len(cross) > 0
+    assert all(m.qkv_weight is None for m in cross)
+    assert sorted(net.state_dict()) == keys
+    # FP32: the same products in one GEMM instead of three (equal here); a fused weight with k and v swapped moves the
+    # output by 0.97 (checked by hand)
+    assert torch.allclose(three, one, atol=1e-5)
+
+
+def test_fused_qkv_variable(monkeypatch):
+    from digital_human.engines.latentsync.pipeline import FUSED_QKV_ENV, fused_qkv_wanted
+
+    monkeypatch.delenv(FUSED_QKV_ENV, raising=False)
+    assert fused_qkv_wanted() is False
+    monkeypatch.setenv(FUSED_QKV_ENV, "1")
+    assert fused_qkv_wanted() is True
+    monkeypatch.setenv(FUSED_QKV_ENV, "on")
+    with pytest.raises(ValueError, match=FUSED_QKV_ENV):
+        fused_qkv_wanted()

@@ -173,16 +173,18 @@ class FastPath:
     on first use (a minute or more once per process on an H200), kept on Networks.compiled."""
 
     def __init__(self, net: Networks, uncond_rows: int, sdpa_first: str | None = None, graphs: bool = False,
-                 short_attention: bool = False):
+                 short_attention: bool = False, fused_qkv: bool = False):
         """sdpa_first: an SDPA backend ("cudnn", "flash", "efficient", "math") tried first by the compiled
         functions (baked in when they compile; None = torch's own order). graphs: replay the compiled UNet
         steps from CUDA graphs (captured at their second call). short_attention: the motion modules' temporal
         attention through the short-sequence Triton kernel (LatentSyncUNet.set_short_attention; the switch is the
-        UNet's, so its eager calls use it too)."""
+        UNet's, so its eager calls use it too). fused_qkv: every self-attention's q/k/v as one projection
+        (LatentSyncUNet.fuse_projections; also the UNet's, for its eager calls too)."""
         unet, vae = net.unet, net.vae
         self.short_attention = bool(short_attention)
         if short_attention:
             unet.set_short_attention(True)
+        self.fused_qkv = unet.fuse_projections() if fused_qkv else 0  # self-attentions fused
         self.seconds: dict[str, float] = {}   # first call of each function (its compilation)
         self.failed: str | None = None
         self.sdpa_first = sdpa_first
@@ -274,6 +276,17 @@ GRAPHS_ENV = "DIGITAL_HUMAN_LATENTSYNC_GRAPHS"  # "1": the compiled steps replay
 # benchmarks/RESULTS.md): the eager step 175.7 -> 162.4 ms, 20-step windows within 1.12 of 255 levels of SDPA's
 # (FP16 against FP32 differs by up to 350 there), and the compiled pipeline with graphs 1.87x the reference.
 SHORT_ATTENTION_ENV = "DIGITAL_HUMAN_LATENTSYNC_SHORT_ATTENTION"
+# "1": the fast path's self-attentions with q/k/v as one projection (LatentSyncUNet.fuse_projections). Off by default
+# until an H200 measures it against the default (benchmarks/latentsync_gpu.py's whole section, run with it set).
+FUSED_QKV_ENV = "DIGITAL_HUMAN_LATENTSYNC_FUSED_QKV"
+
+
+def fused_qkv_wanted() -> bool:
+    """FUSED_QKV_ENV: "1" on, "0" or unset off; another value is refused naming the variable."""
+    raw = os.environ.get(FUSED_QKV_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{FUSED_QKV_ENV}={raw!r}: give 1 (q/k/v as one projection) or 0 (three); unset is 0")
+    return raw == "1"
 
 
 def short_attention_wanted(device: torch.device | str) -> bool:
@@ -326,7 +339,7 @@ def fast_path(net: Networks, cfg: bool) -> FastPath:
             short = short_attention_wanted(net.device)
             hit = net.compiled[key] = FastPath(net, 1 if cfg else 0,
                                                graphs=os.environ.get(GRAPHS_ENV, "").strip() == "1",
-                                               short_attention=short)
+                                               short_attention=short, fused_qkv=fused_qkv_wanted())
             log.info("LatentSync fast path: the motion modules' temporal attention through %s (%s)",
                      "the short-sequence Triton kernel" if short else "SDPA",
                      f"{SHORT_ATTENTION_ENV}=0 for SDPA" if short else f"{SHORT_ATTENTION_ENV}=1 needs Triton on CUDA")

@@ -70,10 +70,25 @@ class Attention(nn.Module):
         self.to_k = nn.Linear(context_dim or dim, inner, bias=False)
         self.to_v = nn.Linear(context_dim or dim, inner, bias=False)
         self.to_out = nn.ModuleList([nn.Linear(inner, dim), nn.Identity()])  # [1] was the reference's Dropout
+        # fuse_projections' [Wq; Wk; Wv]: a buffer, so that it moves with .to(); not persistent: not in the state dict
+        self.register_buffer("qkv_weight", None, persistent=False)
+
+    def fuse_projections(self) -> bool:
+        """Self-attention's q/k/v as one projection of the stacked weights (one GEMM instead of three, the same
+        products) for every later call without a context; a copy of the weights, made in their device and dtype.
+        Returns False where the keys come from another input's width (cross-attention: nothing to stack)."""
+        if self.to_k.in_features != self.to_q.in_features:
+            return False
+        weight = torch.cat([self.to_q.weight, self.to_k.weight, self.to_v.weight]).detach()
+        self.register_buffer("qkv_weight", weight, persistent=False)
+        return True
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
-        ctx = x if context is None else context
         b, n, _ = x.shape
+        if context is None and self.qkv_weight is not None:
+            q, k, v = F.linear(x, self.qkv_weight).view(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+            return self.to_out[0](self._attend(q, k, v).transpose(1, 2).reshape(b, n, -1))
+        ctx = x if context is None else context
         q = self.to_q(x).view(b, n, self.heads, -1).transpose(1, 2)
         k = self.to_k(ctx).view(b, ctx.shape[1], self.heads, -1).transpose(1, 2)
         v = self.to_v(ctx).view(b, ctx.shape[1], self.heads, -1).transpose(1, 2)
@@ -338,6 +353,11 @@ class LatentSyncUNet(nn.Module):
                 None if last else _Sampler(cout, False), False))
         self.conv_norm_out = nn.GroupNorm(groups, ch[0], eps=eps)
         self.conv_out = FrameConv(ch[0], self.out_channels, 3, padding=1)
+
+    def fuse_projections(self) -> int:
+        """Every self-attention's q/k/v as one projection (Attention.fuse_projections: the spatial blocks' attn1 and
+        the motion modules' temporal attention); returns how many. Call after the weights are loaded and moved."""
+        return sum(1 for m in self.modules() if isinstance(m, Attention) and m.fuse_projections())
 
     def set_short_attention(self, on: bool) -> int:
         """The motion modules' temporal attention through the short-sequence kernel (TemporalAttention) or SDPA, for
