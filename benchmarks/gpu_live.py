@@ -521,10 +521,14 @@ def server_main(args: argparse.Namespace) -> None:
         Path(args.out).write_text(json.dumps(report, indent=1))
 
     t0 = time.perf_counter()
-    from digital_human.engines.cosyvoice.engine import FLOW_KERNELS_ENV
+    from digital_human.engines.cosyvoice.engine import FLOW_KERNELS_ENV, fast_path_from_env
 
     if args.flow_kernels != "off":  # the engine reads it when it makes its runtime (fast_path_from_env)
         os.environ[FLOW_KERNELS_ENV] = args.flow_kernels
+        try:
+            fast_path_from_env()  # a wrong word: said now, before the voice is built
+        except ValueError as exc:
+            raise SystemExit(f"--flow-kernels: {exc}") from None
     voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state, args.first_hop,
                         args.tts_lanes, args.tts_batch)
     solver = getattr(voice.engine.runtime(), "_solver", None)
@@ -826,8 +830,8 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/gpu_live")
     parser.add_argument("--face-fast-path", default="auto", choices=["auto", "on", "off"],
                         help="MuseTalk's compiled step (auto: serve's default, on with CUDA)")
-    parser.add_argument("--flow-kernels", choices=("off", "fused", "compiled"), default="off",
-                        help="CosyVoice 2's flow solve with fewer kernels (DIGITAL_HUMAN_COSYVOICE_FLOW_KERNELS)")
+    parser.add_argument("--flow-kernels", default="off", help="CosyVoice 2's flow with fewer kernels: off, or "
+                        "DIGITAL_HUMAN_COSYVOICE_FLOW_KERNELS's list (fused, compiled, encoder_graph; all)")
     parser.add_argument("--sample-stacks", action="store_true", help="sample the server's threads during each "
                         "phase (where each stage's threads spend the time, their CPU seconds)")
     parser.add_argument("--budget-s", type=float, default=0.0, help="start no phase, and no utterance, past this "

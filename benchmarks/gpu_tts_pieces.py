@@ -3,7 +3,8 @@ its CUDA graph per piece length (engines/cosyvoice/hift_graph.py), the flow's pa
 sessions' solves as rows of one (engines/cosyvoice/flow_batch.py, `serve --tts-batch`), and the LM's decode step of
 one generation vs the batched step of several (engines/cosyvoice/lm_batch.py, `--tts-batch`'s LM half), and the
 flow solve with fewer kernels (engines/cosyvoice/flow_kernels.py: q/k/v fused, blocks compiled; `--sections
-flow_kernels`) against the serving solve.
+flow_kernels`) against the serving solve, and the flow's token encoder eager vs from CUDA graphs
+(engines/cosyvoice/flow_encoder.py, `--sections encoder`).
 
 Random-weight release of the released architecture (`--size full`; `reduced` for a CPU smoke run). Per HiFT length
 (mel frames of a live piece): median and min-max of --repeats calls after a warm-up call, eager and from the graph, with the same source
@@ -225,6 +226,42 @@ def flow_kernels_section(runtime, frames_list: list[int], rows_list: list[int], 
     return out
 
 
+def encoder_section(runtime, token_counts: list[int], repeats: int, sync) -> dict:
+    """The flow's token encoder for a piece of `token_counts` tokens (prompt + speech so far): eager (flow.encode, as
+    served by default) against flow_encoder.FastEncoder (replayed from its CUDA graph per padded length; the padded
+    call eagerly off CUDA): median time, GPU kernels of the eager call, and the largest difference."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from digital_human.engines.cosyvoice.flow_encoder import FastEncoder
+
+    flow = runtime.models.flow
+    encoder = FastEncoder(flow)
+    sync()
+    t0 = time.perf_counter()
+    graphs = encoder.prepare(max(token_counts))
+    sync()
+    out: dict = {"graphs": graphs, "prepare_s": round(time.perf_counter() - t0, 2), "bucket": encoder.bucket,
+                 "tokens": {}}
+    g = torch.Generator().manual_seed(2)
+    for count in token_counts:
+        tokens = torch.randint(0, flow.input_embedding.num_embeddings, (1, count), generator=g).to(runtime.device)
+        with torch.inference_mode():
+            eager, want = _timed(lambda: flow.encode(tokens), sync, repeats)
+            graph, got = _timed(lambda: encoder(tokens), sync, repeats)
+            kernels = None
+            if tokens.is_cuda:
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    flow.encode(tokens)
+                    sync()
+                kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+        out["tokens"][str(count)] = {"eager": eager, "graph": graph, "eager_kernels": kernels,
+                                     "speedup": round(eager["median_ms"] / max(graph["median_ms"], 1e-9), 2),
+                                     "max_abs_diff": float((got - want).abs().max()),
+                                     "mu_abs_max": float(want.abs().max())}
+    return out
+
+
 def lm_section(runtime, rows_list: list[int], steps: int, sync) -> dict:
     """The LM's decode step alone (the fast path's StaticDecoder, one generation) against the batched step
     (lm_batch.BatchedDecoder) with 1..N rows active: ms a step, tokens a second, and whether each row drew the
@@ -298,7 +335,9 @@ def main() -> None:
     parser.add_argument("--rows", default="1,2,4,8", help="flow solve row counts (--tts-batch's sizes)")
     parser.add_argument("--flow-frames", type=int, default=400, help="a piece's flow length (prompt + tokens so "
                         "far, 2 frames a token)")
-    parser.add_argument("--sections", default="hift,flow,lm", help="any of hift, flow, lm, flow_kernels")
+    parser.add_argument("--sections", default="hift,flow,lm", help="any of hift, flow, lm, flow_kernels, encoder")
+    parser.add_argument("--encoder-tokens", default="86,160,300", help="encoder: tokens of a piece (a 3-s prompt's 75 "
+                        "+ a first piece's 11; later pieces)")
     parser.add_argument("--kernel-frames", default="192,448", help="flow_kernels: padded piece lengths (a first "
                         "piece with a 3-s prompt pads to 192 frames)")
     parser.add_argument("--lm-steps", type=int, default=64, help="decode steps timed per row count (lm section)")
@@ -323,6 +362,10 @@ def main() -> None:
     if "flow_kernels" in sections:
         report["flow_kernels"] = flow_kernels_section(runtime, [int(v) for v in args.kernel_frames.split(",")],
                                                       [int(v) for v in args.rows.split(",")], args.repeats, sync)
+    if "encoder" in sections:
+        report["encoder"] = encoder_section(runtime, [int(v) for v in args.encoder_tokens.split(",")], args.repeats,
+                                            sync)
+        print(json.dumps({"encoder": report["encoder"]}), flush=True)
     if "lm" in sections:
         report["lm"] = lm_section(runtime, [int(v) for v in args.rows.split(",")], args.lm_steps, sync)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

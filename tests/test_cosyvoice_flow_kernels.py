@@ -103,12 +103,108 @@ def test_a_shared_estimator_keeps_its_kernels(models):
 def test_flow_kernels_variable(monkeypatch):
     from digital_human.engines.cosyvoice.engine import FLOW_KERNELS_ENV, fast_path_from_env
 
+    on = lambda: {k for k in ("flow_fused", "flow_compile", "flow_encoder_graph")  # noqa: E731
+                  if getattr(fast_path_from_env(), k)}
     monkeypatch.delenv(FLOW_KERNELS_ENV, raising=False)
-    assert not fast_path_from_env().flow_fused and not fast_path_from_env().flow_compile
+    assert on() == set()
     monkeypatch.setenv(FLOW_KERNELS_ENV, "fused")
-    assert fast_path_from_env().flow_fused and not fast_path_from_env().flow_compile
-    monkeypatch.setenv(FLOW_KERNELS_ENV, " Compiled ")
-    assert fast_path_from_env().flow_fused and fast_path_from_env().flow_compile
-    monkeypatch.setenv(FLOW_KERNELS_ENV, "fast")
-    with pytest.raises(ValueError, match=FLOW_KERNELS_ENV):
+    assert on() == {"flow_fused"}
+    monkeypatch.setenv(FLOW_KERNELS_ENV, " Compiled , encoder_graph")
+    assert on() == {"flow_compile", "flow_encoder_graph"}
+    monkeypatch.setenv(FLOW_KERNELS_ENV, "all")
+    assert on() == {"flow_fused", "flow_compile", "flow_encoder_graph"}
+    monkeypatch.setenv(FLOW_KERNELS_ENV, "fused,fast")
+    with pytest.raises(ValueError, match=f"{FLOW_KERNELS_ENV}.*fast unknown"):
         fast_path_from_env()
+
+
+def test_padded_encoder_equals_unpadded(models):
+    """TokenEncoder with `valid`: the real frames of a padded call are the unpadded call's (the lookahead conv sees
+    zeros past the last token either way, attention ignores padded keys, the upsampling conv looks left)."""
+    from digital_human.engines.cosyvoice.flow_encoder import FastEncoder
+
+    flow = models.flow
+    g = torch.Generator().manual_seed(3)
+    vocab = flow.input_embedding.num_embeddings
+    for count, bucket in ((5, 8), (29, 32), (32, 32), (41, 7)):
+        tokens = torch.randint(0, vocab, (1, count), generator=g)
+        with torch.inference_mode():
+            want = flow.encode(tokens)
+            got = FastEncoder(flow, bucket=bucket, cuda_graph=False)(tokens)
+            padded = FastEncoder(flow, bucket=bucket).padded(count)
+            wrong = flow.encode(torch.nn.functional.pad(tokens, (0, padded - count)))[:, :, :2 * count]
+        assert got.shape == want.shape == (1, 80, 2 * count)
+        assert float((got - want).abs().max()) < 1e-5 * float(want.abs().max())
+        if padded > count:  # without the mask the padding leaks into the real frames: the test can tell
+            assert float((wrong - want).abs().max()) > 1e-3 * float(want.abs().max())
+    # the whole flow with it, against the reference code's mel
+    out = flow.inference(*models.inputs, encoder=FastEncoder(flow, bucket=16, cuda_graph=False))
+    assert float((out - models.ref_mel).abs().max()) < 1e-4
+
+
+def test_encoder_graphs_prepared_ahead_and_replayed(models, monkeypatch):
+    """FastEncoder's graph path on the CPU, with the capture replaced by a stand-in that records the same calls (the
+    CPU has no CUDA graphs): prepare() captures every padded length up to the most tokens, longest first; a call
+    copies its padded tokens into the graph's inputs, replays, and returns its real frames."""
+    from digital_human.engines.cosyvoice import flow as fl
+    from digital_human.engines.cosyvoice.flow_encoder import FastEncoder
+
+    captured: list[int] = []
+
+    def capture(run, device, pool=None, stream=None):
+        assert pool is None and stream is None  # the CPU: no pool, no capture stream
+        out = run()
+        captured.append(int(out.shape[2]))
+        return (lambda: out.copy_(run())), out
+
+    monkeypatch.setattr(fl, "_capture", capture)
+    flow = models.flow
+    encoder = FastEncoder(flow, bucket=16, cuda_graph=True)
+    assert encoder.prepare(40) == 3 and captured == [96, 64, 32] and encoder.captures == 3
+    g = torch.Generator().manual_seed(4)
+    for count in (3, 16, 33, 47, 50):
+        tokens = torch.randint(0, flow.input_embedding.num_embeddings, (1, count), generator=g)
+        with torch.inference_mode():
+            got, want = encoder(tokens), flow.encode(tokens)
+        assert float((got - want).abs().max()) < 1e-5 * float(want.abs().max()), count
+    # up to 48 tokens from the prepared graphs; 50 tokens: a 4th length (64), captured on first use
+    assert encoder.captures == 4 and captured[3:] == [128]
+
+
+def test_runtime_uses_the_encoder_when_asked(models, tmp_path):
+    """FastPath(flow_encoder_graph=True) routes the runtime's flow through FastEncoder (here its padded eager call):
+    the same speech as without it, within rounding."""
+    from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath
+    from digital_human.engines.cosyvoice.flow_encoder import FastEncoder
+
+    folder = write_release_from_fixture(dict(np.load(FIXTURE, allow_pickle=False)), tmp_path / "CosyVoice2-0.5B")
+    base = dict(lm_compile=False, flow_half=False, lm_device_sampling=False)
+    plain = CosyVoice2Runtime(folder, "cpu", fast=FastPath(**base))
+    enc = CosyVoice2Runtime(folder, "cpu", fast=FastPath(**base, flow_encoder_graph=True))
+    assert plain._flow_encoder() is None and isinstance(enc._flow_encoder(), FastEncoder)
+    x = {"prompt_token": models.inputs[1], "prompt_feat": models.inputs[2], "embedding": models.inputs[3]}
+    tokens = models.inputs[0][0].tolist()
+    a, b = plain._mel(tokens, x), enc._mel(tokens, x)
+    assert a.shape == b.shape and float((a - b).abs().max()) < 1e-4 * float(a.abs().max())
+
+
+def test_a_failed_encoder_capture_is_reported_and_the_encoder_runs_eagerly(models, tmp_path, monkeypatch, caplog):
+    from digital_human.engines.cosyvoice import flow as fl
+    from digital_human.engines.cosyvoice.engine import CosyVoice2Runtime, FastPath
+    from digital_human.engines.cosyvoice.flow_encoder import FastEncoder
+
+    def capture(run, device, pool=None, stream=None):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(fl, "_capture", capture)
+    folder = write_release_from_fixture(dict(np.load(FIXTURE, allow_pickle=False)), tmp_path / "CosyVoice2-0.5B")
+    runtime = CosyVoice2Runtime(folder, "cpu", fast=FastPath(lm_compile=False, flow_half=False,
+                                                             lm_device_sampling=False, flow_encoder_graph=True))
+    runtime._encoder = FastEncoder(runtime.models.flow, cuda_graph=True)  # as on CUDA
+    with caplog.at_level(logging.WARNING, logger="digital_human.cosyvoice"):
+        report = runtime._prepare_encoder_graphs(runtime._encoder, 40)
+    assert report["encoder_graphs"] == 0 and "not permitted" in report["encoder_graphs_error"]
+    assert "runs eagerly" in caplog.text
+    assert runtime._flow_encoder() is None  # from now on the flow encodes eagerly
+    x = {"prompt_token": models.inputs[1], "prompt_feat": models.inputs[2], "embedding": models.inputs[3]}
+    assert runtime._mel(models.inputs[0][0].tolist(), x).shape[2] == 2 * models.inputs[0].shape[1]

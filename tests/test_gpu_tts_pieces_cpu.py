@@ -19,7 +19,7 @@ def test_tts_pieces_benchmark_runs_on_the_cpu(tmp_path):
     out = tmp_path / "pieces.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_tts_pieces.py"), "--device", "cpu", "--size", "reduced",
            "--repeats", "1", "--lengths", "4,9", "--rows", "1,2", "--flow-frames", "40", "--lm-steps", "6", "--work", str(tmp_path / "w"),
-           "--sections", "hift,flow,lm,flow_kernels", "--kernel-frames", "40,100",
+           "--sections", "hift,flow,lm,flow_kernels,encoder", "--kernel-frames", "40,100", "--encoder-tokens", "9,40",
            "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -44,3 +44,7 @@ def test_tts_pieces_benchmark_runs_on_the_cpu(tmp_path):
             assert row["kernels"] is None  # counted on CUDA only
             if name != "plain":  # FP32 on the CPU: the same solve up to rounding
                 assert row["max_abs_diff_vs_plain"] < 1e-4 * max(row["plain_abs_max"], 1.0) and row["speedup_vs_plain"] > 0
+    encoder = report["encoder"]
+    assert encoder["graphs"] == 0 and sorted(encoder["tokens"]) == ["40", "9"]  # the CPU: the padded call, eagerly
+    for row in encoder["tokens"].values():
+        assert row["eager_kernels"] is None and row["max_abs_diff"] < 1e-5 * max(row["mu_abs_max"], 1.0)

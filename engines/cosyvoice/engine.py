@@ -47,7 +47,8 @@ SPECIAL_TOKENS = {
 
 
 FAST_ENV = "DIGITAL_HUMAN_COSYVOICE_FAST"  # "1": the fast path on a CUDA device (FP32 eager otherwise)
-FLOW_KERNELS_ENV = "DIGITAL_HUMAN_COSYVOICE_FLOW_KERNELS"  # "fused" / "compiled": FastPath.flow_fused / + flow_compile
+FLOW_KERNELS_ENV = "DIGITAL_HUMAN_COSYVOICE_FLOW_KERNELS"  # e.g. "fused,encoder_graph": fast_path_from_env
+FLOW_KERNEL_CHOICES = {"fused": "flow_fused", "compiled": "flow_compile", "encoder_graph": "flow_encoder_graph"}
 HIFT_GRAPHS_ENV = "DIGITAL_HUMAN_COSYVOICE_HIFT_GRAPHS"  # "0": live pieces vocoded eagerly (FastPath.hift_graph off)
 STREAM_HOP_TOKENS = 25  # tokens per streamed piece (1 s of speech; the reference streams 25-token hops)
 FIRST_HOP_TOKENS = 8    # live mode's first piece (0.32 s of speech): its audio after 8 + pre_lookahead_len tokens
@@ -122,6 +123,10 @@ class FastPath:
       --sections flow_kernels).
     flow_compile: the estimator copy's transformer and ResNet blocks compiled by inductor (flow_kernels.compile_blocks;
       a failed compile is announced and the blocks run eagerly). Off until measured on a GPU, as flow_fused.
+    flow_encoder_graph: the flow's token encoder replayed from CUDA graphs per padded token count
+      (flow_encoder.FastEncoder; off CUDA the same padded call eagerly): the piece's last eager stage, ~250 launches.
+      Captured by prepare_live (a failed capture is logged and reported, and the encoder runs eagerly). Off until
+      measured on a GPU, as flow_fused.
     hift_half: HiFT's upsampler convolutions under FP16 autocast (F0 and sine source in FP32). Off by
       default: on the H200 it was not faster than FP32 (TF32) convolutions. Weight norm is always folded.
     lm_device_sampling: the top-p/top-k + repetition-aware draw as tensor ops on the device, inside the LM
@@ -153,6 +158,7 @@ class FastPath:
     flow_graph: bool = True
     flow_fused: bool = False
     flow_compile: bool = False
+    flow_encoder_graph: bool = False
     hift_half: bool = False
     lm_capacity: int = 2560  # KV-cache slots: prompt + generated tokens; longer calls fall back to eager
     lm_device_sampling: bool = True
@@ -164,13 +170,19 @@ class FastPath:
 
 
 def fast_path_from_env() -> FastPath:
-    """The serving FastPath with FLOW_KERNELS_ENV applied: unset or "" = as measured by default (flow_kernels off),
-    "fused" = q/k/v fused, "compiled" = fused and the blocks compiled. Another value is refused, naming the variable."""
+    """The serving FastPath with FLOW_KERNELS_ENV applied: a comma-separated list of FLOW_KERNEL_CHOICES ("fused":
+    q/k/v as one projection, "compiled": the estimator's blocks compiled, "encoder_graph": the token encoder replayed
+    from CUDA graphs) or "all"; unset or "" = the measured defaults (all off). Another word is refused, naming the
+    variable and the choices."""
     raw = os.environ.get(FLOW_KERNELS_ENV, "").strip().lower()
-    if raw not in ("", "fused", "compiled"):
-        raise ValueError(f"{FLOW_KERNELS_ENV}={raw!r}: give 'fused' (q/k/v as one projection), 'compiled' (fused, "
-                         "and the flow's blocks compiled by inductor) or leave it unset")
-    return FastPath(flow_fused=raw in ("fused", "compiled"), flow_compile=raw == "compiled")
+    words = {w.strip() for w in raw.split(",") if w.strip()}
+    if words == {"all"}:
+        words = set(FLOW_KERNEL_CHOICES)
+    unknown = sorted(words - set(FLOW_KERNEL_CHOICES))
+    if unknown:
+        raise ValueError(f"{FLOW_KERNELS_ENV}={raw!r}: {', '.join(unknown)} unknown; give a comma-separated list of "
+                         f"{', '.join(FLOW_KERNEL_CHOICES)}, or all, or leave it unset")
+    return FastPath(**{FLOW_KERNEL_CHOICES[w]: True for w in words})
 
 
 def _resample(wave: np.ndarray, sr: int, target: int) -> np.ndarray:
@@ -202,6 +214,7 @@ class CosyVoice2Runtime:
         self.hift = without_weight_norm(self.models.hift) if fast is not None else self.models.hift
         self._decoder: StaticDecoder | None = None
         self._solver: FastCFM | None = None
+        self._encoder: Any = None       # flow_encoder.FastEncoder (FastPath.flow_encoder_graph), None, or False: failed
         self._flow_batcher: Any = None  # flow_batch.FlowRowBatcher over _solver (set_flow_rows), or None
         self._lm_batch: Any = None      # lm_batch.LMBatchLoop over _decoder (set_lm_rows), or None
         self._hift_graphs: Any = None   # hift_graph.HiftGraphs made by prepare_live (FastPath.hift_graph), or None
@@ -231,7 +244,7 @@ class CosyVoice2Runtime:
             raise ValueError("lanes share the networks on the device; create the runtime without offload")
         other = copy.copy(self)
         other._decoder, other._solver, other._drawer, other._flow_batcher = None, None, None, None
-        other._hift_graphs, other._lm_batch = None, None
+        other._hift_graphs, other._lm_batch, other._encoder = None, None, None
         other._weights_from = self._weights_from or self
         return other
 
@@ -283,6 +296,7 @@ class CosyVoice2Runtime:
                     self._decoder = None
                 if module is self.models.flow:
                     self._solver = None
+                    self._encoder = None
                 module.to("cpu")
                 torch.cuda.empty_cache()
 
@@ -297,6 +311,18 @@ class CosyVoice2Runtime:
                                           readback=self.fast.lm_readback, step=self.fast.lm_step,
                                           gemv=self.fast.lm_gemv, weights_from=first)
         return self._decoder
+
+    def _flow_encoder(self) -> Any:
+        """The FastEncoder of FastPath.flow_encoder_graph (CosyVoice 2's conformer encoder only), or None."""
+        from .flow import CausalFlow
+
+        if self.fast is None or not self.fast.flow_encoder_graph or not isinstance(self.models.flow, CausalFlow):
+            return None
+        if self._encoder is None:
+            from .flow_encoder import FastEncoder
+
+            self._encoder = FastEncoder(self.models.flow, cuda_graph=self.device.type == "cuda" and not self.offload)
+        return self._encoder or None
 
     def _flow_solver(self) -> FastCFM | None:
         if self.fast is None or not (self.fast.flow_half or self.fast.flow_graph):
@@ -366,6 +392,10 @@ class CosyVoice2Runtime:
             spk_dim = self.models.flow.spk_embed_affine_layer.out_features
             out["flow_graphs"] = (self._flow_batcher.prepare(frames, spk_dim) if self._flow_batcher is not None
                                   else solver.prepare(frames, self.models.flow.cfg.timesteps, spk_dim))
+        encoder = self._flow_encoder()
+        if encoder is not None and encoder.use_graph:
+            out.update(self._prepare_encoder_graphs(encoder, int(np.asarray(state["prompt_token"]).size)
+                                                    + int(max_speech_tokens)))
         decoder = self._lm_decoder()  # made (and on CUDA its step captured) now, if not yet
         out["lm_graph"] = int(decoder is not None and getattr(decoder, "graph", None) is not None)
         if self._lm_batch is not None:  # the batched step's graph (--tts-batch)
@@ -381,6 +411,16 @@ class CosyVoice2Runtime:
         if self.device.type == "cuda":  # what the graphs cost, for the live benchmark's report
             out["gpu_reserved_mib"] = int(torch.cuda.memory_reserved(self.device) // 2 ** 20)
         return out
+
+    def _prepare_encoder_graphs(self, encoder: Any, max_tokens: int) -> dict[str, Any]:
+        """The token encoder's graphs for every padded length up to `max_tokens`; a failed capture is logged and
+        reported, and the encoder runs eagerly from then on."""
+        try:
+            return {"encoder_graphs": encoder.prepare(max_tokens)}
+        except Exception as exc:  # noqa: BLE001 - any capture failure: the eager encoder still works
+            log.warning("CosyVoice 2: the flow encoder's CUDA graphs could not be captured (%s); it runs eagerly", exc)
+            self._encoder = False
+            return {"encoder_graphs": 0, "encoder_graphs_error": f"{type(exc).__name__}: {exc}"[:300]}
 
     def _prepare_hift_graphs(self) -> dict[str, Any]:
         """HiFT's graphs for every live piece length (FastPath.hift_graph); a failed capture is logged and reported,
@@ -414,8 +454,10 @@ class CosyVoice2Runtime:
 
     def _mel(self, tokens: list[int], x: dict[str, torch.Tensor]) -> torch.Tensor:
         token = torch.as_tensor(tokens, dtype=torch.int32, device=self.device)[None]
+        encoder = self._flow_encoder()
         return self.models.flow.inference(token, x["prompt_token"], x["prompt_feat"], x["embedding"],
-                                          solver=self._flow_batcher or self._flow_solver())
+                                          solver=self._flow_batcher or self._flow_solver(),
+                                          **({"encoder": encoder} if encoder is not None else {}))
 
     def _wave(self, mel: torch.Tensor, generator: torch.Generator, draws: SourceDraws | None = None) -> torch.Tensor:
         graphs = self._hift_graphs

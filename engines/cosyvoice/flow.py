@@ -26,12 +26,13 @@ NOISE_FRAMES = 50 * 300  # the reference draws one fixed noise tensor this long 
 
 
 # --- text-side encoder ----------------------------------------------------------------------------
-def rel_position_table(length: int, dim: int) -> torch.Tensor:
-    """ESPnet relative sinusoids for relative positions length-1 ... -(length-1): [1, 2L-1, dim]."""
-    position = torch.arange(0, length, dtype=torch.float32).unsqueeze(1)
-    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * -(math.log(10000.0) / dim))
-    pos = torch.zeros(length, dim)
-    neg = torch.zeros(length, dim)
+def rel_position_table(length: int, dim: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """ESPnet relative sinusoids for relative positions length-1 ... -(length-1): [1, 2L-1, dim], made on `device`
+    (no host copy: the encoder can be captured in a CUDA graph, flow_encoder.FastEncoder)."""
+    position = torch.arange(0, length, dtype=torch.float32, device=device).unsqueeze(1)
+    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32, device=device) * -(math.log(10000.0) / dim))
+    pos = torch.zeros(length, dim, device=device)
+    neg = torch.zeros(length, dim, device=device)
     pos[:, 0::2] = torch.sin(position * div)
     pos[:, 1::2] = torch.cos(position * div)
     neg[:, 0::2] = torch.sin(-1 * position * div)
@@ -49,7 +50,7 @@ class LinearInput(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.out(x) * math.sqrt(self.odim)
-        return x, rel_position_table(x.shape[1], self.odim).to(x)
+        return x, rel_position_table(x.shape[1], self.odim, x.device).to(x.dtype)
 
 
 class RelPosSelfAttention(nn.Module):
@@ -66,7 +67,8 @@ class RelPosSelfAttention(nn.Module):
         self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.d_k))
         self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.d_k))
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, key_bias: torch.Tensor | None = None) -> torch.Tensor:
+        """key_bias: [B, 1, 1, T], 0 for a key to attend, -inf-like for padding (a padded call: FastEncoder)."""
         b, t, _ = x.shape
         q = self.linear_q(x).view(b, t, self.h, self.d_k)               # [B, T, H, D]
         k = self.linear_k(x).view(b, t, self.h, self.d_k).transpose(1, 2)
@@ -78,7 +80,8 @@ class RelPosSelfAttention(nn.Module):
         rows = torch.arange(t, device=x.device).unsqueeze(1)  # on x's device: no host copy per call on a GPU
         cols = (t - 1) - rows + torch.arange(t, device=x.device).unsqueeze(0)
         by_pos = by_pos[:, :, rows, cols]
-        attn = torch.softmax((content + by_pos) / math.sqrt(self.d_k), dim=-1)
+        scores = (content + by_pos) / math.sqrt(self.d_k)
+        attn = torch.softmax(scores if key_bias is None else scores + key_bias, dim=-1)
         out = torch.matmul(attn, v).transpose(1, 2).contiguous().view(b, t, self.h * self.d_k)
         return self.linear_out(out)
 
@@ -103,8 +106,8 @@ class ConformerBlock(nn.Module):
         self.norm_ff = nn.LayerNorm(dim, eps=1e-12)
         self.norm_mha = nn.LayerNorm(dim, eps=1e-12)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.norm_mha(x), pos)
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, key_bias: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.self_attn(self.norm_mha(x), pos, key_bias)
         return x + self.feed_forward(self.norm_ff(x))
 
 
@@ -150,16 +153,30 @@ class TokenEncoder(nn.Module):
         self.up_encoders = nn.ModuleList(ConformerBlock(dim, heads, hidden) for _ in range(up_blocks))
         self.after_norm = nn.LayerNorm(dim, eps=1e-5)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, N, dim] token embeddings -> [B, 2N, dim]. valid: [B, N] 1 for a real token, 0 for padding after
+        the last one (FastEncoder's padded lengths): the real frames come out as from the unpadded tokens - the
+        lookahead conv sees zeros past the last token as it does unpadded, attention ignores padded keys, and the
+        upsampling conv only looks left."""
         x, pos = self.embed(x)
+        bias = None
+        if valid is not None:
+            x = x * valid.unsqueeze(-1).to(x.dtype)
+            bias = self._key_bias(valid, x.dtype)
         x = self.pre_lookahead_layer(x)
         for block in self.encoders:
-            x = block(x, pos)
+            x = block(x, pos, bias)
         x = self.up_layer(x.transpose(1, 2)).transpose(1, 2)
         x, pos = self.up_embed(x)
+        if valid is not None:
+            bias = self._key_bias(valid.repeat_interleave(2, dim=1), x.dtype)
         for block in self.up_encoders:
-            x = block(x, pos)
+            x = block(x, pos, bias)
         return self.after_norm(x)
+
+    @staticmethod
+    def _key_bias(valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return ((1.0 - valid.to(dtype)) * -1.0e10)[:, None, None, :]  # exp() of it is 0: padded keys weigh nothing
 
 
 # --- flow-matching estimator (causal 1-D U-Net with transformer blocks) ---------------------------
@@ -599,20 +616,27 @@ class CausalFlow(nn.Module):
                                             cfg.estimator_mid_blocks, cfg.estimator_heads, cfg.estimator_head_dim),
                                   cfg.cfg_rate)
 
+    def encode(self, tokens: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, N] ints (prompt + speech tokens) -> mu [B, 80, 2N], the decoder's condition (valid: see
+        TokenEncoder.forward)."""
+        h = self.encoder(self.input_embedding(torch.clamp(tokens, min=0)), valid)
+        return self.encoder_proj(h).transpose(1, 2).contiguous()
+
     @torch.inference_mode()
     def inference(self, token: torch.Tensor, prompt_token: torch.Tensor, prompt_feat: torch.Tensor,
-                  embedding: torch.Tensor, solver: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+                  embedding: torch.Tensor, solver: Callable[..., torch.Tensor] | None = None,
+                  encoder: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """token/prompt_token [1, N] ints, prompt_feat [1, 2*Np, 80], embedding [1, 192] -> mel [1, 80, 2N].
 
         solver: a FastCFM of this flow's decoder (half precision, CUDA graphs), or a flow_batch.FlowRowBatcher over
-        one (live sessions' solves as rows of one); None = the FP32 reference."""
+        one (live sessions' solves as rows of one); None = the FP32 reference. encoder: a flow_encoder.FastEncoder of
+        this flow (`encode` replayed from CUDA graphs per padded length); None = `encode` eagerly."""
         spks = self.spk_embed_affine_layer(F.normalize(embedding.float(), dim=1))
         tokens = torch.cat([prompt_token, token], dim=1).long()
-        h = self.encoder(self.input_embedding(torch.clamp(tokens, min=0)))
-        prompt_frames = prompt_feat.shape[1]
-        mu = self.encoder_proj(h).transpose(1, 2).contiguous()
-        cond = torch.zeros(1, h.shape[1], MEL_BINS, dtype=h.dtype, device=h.device)
+        mu = encoder(tokens) if encoder is not None else self.encode(tokens)
+        frames, prompt_frames = mu.shape[2], prompt_feat.shape[1]
+        cond = torch.zeros(1, frames, MEL_BINS, dtype=mu.dtype, device=mu.device)
         cond[:, :prompt_frames] = prompt_feat
-        mask = torch.ones(1, 1, h.shape[1], dtype=h.dtype, device=h.device)
+        mask = torch.ones(1, 1, frames, dtype=mu.dtype, device=mu.device)
         mel = (solver or self.decoder)(mu, mask, spks, cond.transpose(1, 2), steps=self.cfg.timesteps)
         return mel[:, :, prompt_frames:]
