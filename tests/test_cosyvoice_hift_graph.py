@@ -129,11 +129,22 @@ def test_framed_stft_equals_torch_stft():
         torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
 
 
-def test_live_piece_lengths_follow_the_hop_schedule():
+def test_live_piece_lengths_cover_every_piece_a_chunk_can_have():
     """The live hops (8, 8, 16, 32, 50, 50, ... tokens; later chunks 50 from the start) vocode 16, 24, 40, 72, 108,
-    108, ... and 100 frames (2 a token, 8 of left context after the first piece): graphs for those and every length up
-    to 48 (short texts' only pieces and chunks' last pieces)."""
-    from digital_human.engines.cosyvoice.engine import SHORT_PIECE_FRAMES, live_piece_frames
+    108, ... and 100 frames (2 a token, 8 of left context after the first piece); a chunk's last piece anything up to
+    2 * (50 + 3) frames and the context: graphs for every length up to 114, none left to the eager vocoder."""
+    from digital_human.engines.cosyvoice.engine import live_piece_frames, next_hop
 
     lengths = live_piece_frames()
-    assert lengths == list(range(1, SHORT_PIECE_FRAMES + 1)) + [72, 100, 108]
+    assert lengths == list(range(1, 115))
+    assert live_piece_frames(8, 16) == list(range(1, 49))  # short hops: the 48 short lengths hold them all
+    # every piece speak_stream's schedule can make, up to the last (its own rule, re-run here on token counts)
+    for total in range(1, 600):
+        sent, pieces = 0, []
+        for n in range(1, total + 1):
+            if 2 * (n - 3) - sent >= 2 * next_hop(sent, 8, 50, True):
+                pieces.append(2 * (n - 3) - max(0, sent - 8))
+                sent = 2 * (n - 3)
+        if 2 * total > sent:
+            pieces.append(2 * total - max(0, sent - 8))
+        assert set(pieces) <= set(lengths), (total, pieces)

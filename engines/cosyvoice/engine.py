@@ -89,13 +89,16 @@ SHORT_PIECE_FRAMES = 48  # HiFT graphs for every piece length up to this: a shor
 
 
 def live_piece_frames(first_hop: int = FIRST_HOP_TOKENS, hop_tokens: int = LIVE_HOP_TOKENS,
-                      speech_tokens: int = 500) -> list[int]:
-    """The mel lengths live pieces are vocoded at, for HiFT's graphs (hift_graph.HiftGraphs): every length up to
-    SHORT_PIECE_FRAMES (a text's only or last piece when short, and the first pieces), and the lengths of the later
-    hops of a chunk of up to `speech_tokens` (a text's first chunk from `first_hop`, later chunks whole hops from the
-    start; 2 frames a token, with HIFT_CONTEXT_FRAMES of left context). A chunk's last piece longer than
-    SHORT_PIECE_FRAMES (once per chunk) is vocoded eagerly. Default: 51 lengths."""
-    lengths = set(range(1, SHORT_PIECE_FRAMES + 1))
+                      speech_tokens: int = 500, lookahead: int = 3) -> list[int]:
+    """The mel lengths live pieces are vocoded at, for HiFT's graphs (hift_graph.HiftGraphs): every length up to the
+    longest piece a chunk can end with, and the lengths of the later hops of a chunk of up to `speech_tokens` (a
+    text's first chunk from `first_hop`, later chunks whole hops from the start; 2 frames a token, with
+    HIFT_CONTEXT_FRAMES of left context). A chunk's last piece holds what is left after the last hop: fewer than a
+    hop and the `lookahead` tokens (CosyVoice 2's pre_lookahead_len) more, so at most 2 * (hop_tokens + lookahead)
+    frames and the context. Default: every length from 1 to 114, so no live piece is vocoded eagerly (a chunk's
+    last piece over 48 frames was, ~865 launches from Python, until 2026-12-04)."""
+    longest = max(SHORT_PIECE_FRAMES, HIFT_CONTEXT_FRAMES + 2 * (int(hop_tokens) + int(lookahead)))
+    lengths = set(range(1, longest + 1))
     for first, growing in ((int(first_hop), True), (int(hop_tokens), False)):
         sent = 0
         while sent < 2 * speech_tokens:
@@ -146,7 +149,7 @@ class FastPath:
       in the same order (hift.draw_source): the same numbers, the generator left in the same state.
       `speak` only (streamed pieces draw as they go).
     hift_graph: live mode's pieces vocoded from CUDA graphs, one per mel length live pieces have (live_piece_frames:
-      51), captured by prepare_live (hift_graph.HiftGraphs: source draws made on the host, STFT and iSTFT as DFT
+      114), captured by prepare_live (hift_graph.HiftGraphs: source draws made on the host, STFT and iSTFT as DFT
       matrix products; within ~3e-4 of the eager waveform on the CPU); other lengths and hift_half run eagerly
       (offline `speak` too, unless prepare_live ran in the process and the mel has a live piece's length).
     """
@@ -429,7 +432,7 @@ class CosyVoice2Runtime:
 
         graphs = self._hift_graphs or HiftGraphs(self.hift)
         try:
-            count = graphs.prepare(live_piece_frames())
+            count = graphs.prepare(live_piece_frames(lookahead=self.models.flow.cfg.pre_lookahead_len))
         except Exception as exc:  # noqa: BLE001 - any capture failure: the eager vocoder still works
             log.warning("CosyVoice 2: HiFT's CUDA graphs could not be captured (%s); live pieces are vocoded eagerly "
                         "(%s=0 skips the attempt)", exc, HIFT_GRAPHS_ENV)

@@ -8,8 +8,8 @@ the samples of the one TTS lane that could not keep up). Replayed from a graph a
 the waveform as far from an FP32 run (TF32 off) as eager's.
 
 Live pieces have few lengths (HIFT_CONTEXT_FRAMES of left context + twice the hop's tokens; a chunk's last piece
-anything up to a hop), so `prepare` captures those at warm-up (engine.live_piece_frames: every length up to 48
-frames and the later hops'); another length runs eagerly. What a graph cannot hold is worked around, with the same numbers:
+anything up to a hop and the lookahead), so `prepare` captures those at warm-up (engine.live_piece_frames: every
+length up to 114 frames); another length runs eagerly. What a graph cannot hold is worked around, with the same numbers:
 - the sine source's random numbers are drawn on the host beforehand (hift.draw_source, the same values and
   generator state as the inline draws) and copied into the graph's inputs;
 - torch.istft checks its window's overlap on the host (a device sync, not allowed while capturing), so the graphs
