@@ -418,8 +418,10 @@ class CosyVoice2Runtime:
     def _prepare_encoder_graphs(self, encoder: Any, max_tokens: int) -> dict[str, Any]:
         """The token encoder's graphs for every padded length up to `max_tokens`; a failed capture is logged and
         reported, and the encoder runs eagerly from then on."""
+        start = time.perf_counter()
         try:
-            return {"encoder_graphs": encoder.prepare(max_tokens)}
+            return {"encoder_graphs": encoder.prepare(max_tokens),
+                    "encoder_capture_s": round(time.perf_counter() - start, 2)}
         except Exception as exc:  # noqa: BLE001 - any capture failure: the eager encoder still works
             log.warning("CosyVoice 2: the flow encoder's CUDA graphs could not be captured (%s); it runs eagerly", exc)
             self._encoder = False
@@ -431,6 +433,7 @@ class CosyVoice2Runtime:
         from .hift_graph import HiftGraphs
 
         graphs = self._hift_graphs or HiftGraphs(self.hift)
+        start = time.perf_counter()
         try:
             count = graphs.prepare(live_piece_frames(lookahead=self.models.flow.cfg.pre_lookahead_len))
         except Exception as exc:  # noqa: BLE001 - any capture failure: the eager vocoder still works
@@ -439,7 +442,7 @@ class CosyVoice2Runtime:
             self._hift_graphs = None
             return {"hift_graphs": 0, "hift_graphs_error": f"{type(exc).__name__}: {exc}"[:300]}
         self._hift_graphs = graphs
-        return {"hift_graphs": count}
+        return {"hift_graphs": count, "hift_capture_s": round(time.perf_counter() - start, 2)}
 
     def _inputs(self, text_ids: list[int], state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         dev = self.device
