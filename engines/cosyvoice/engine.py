@@ -516,7 +516,7 @@ class CosyVoice2Runtime:
     @torch.inference_mode()
     def speak_stream(self, text_ids: list[int], state: dict[str, np.ndarray], generator: torch.Generator,
                      hift_generator: torch.Generator | None = None, hop_tokens: int = STREAM_HOP_TOKENS,
-                     first_hop_tokens: int | None = None, deferred: bool = False,
+                     first_hop_tokens: int | None = None, deferred: bool = False, pausable: bool = False,
                      **limits: Any) -> Iterator[Any]:
         """One chunk as audio pieces while the LM is still generating (time to first audio ~ hop_tokens steps;
         first_hop_tokens: the first piece's, when smaller - live mode starts speaking sooner; the hops after it
@@ -534,7 +534,9 @@ class CosyVoice2Runtime:
         outside it, so that other sessions' pieces reach the flow batcher at the same time. The same audio. A deferred
         stream also yields PAUSE after every PAUSE_TOKENS tokens without a piece: there its consumer may give the LM to
         an utterance whose first piece waits (LiveVoice does), instead of holding it for up to a whole hop (50 tokens);
-        the decoder parks and restores this generation's state (StaticDecoder.claim)."""
+        the decoder parks and restores this generation's state (StaticDecoder.claim). pausable: the same PAUSEs in a
+        stream that is not deferred (live mode without --tts-batch: there the lock is held for a piece's tokens and its
+        audio, and a waiting first piece took the lane only after a whole hop, up to 50 tokens and the audio)."""
         if self.offload:
             raise ValueError("speak_stream keeps every network on the device; create the runtime without offload")
         x = self._inputs(text_ids, state)
@@ -575,7 +577,7 @@ class CosyVoice2Runtime:
             if ratio * (len(tokens) - lookahead) - sent >= 2 * hop():
                 quiet = 0
                 yield piece(False)
-            elif deferred and quiet >= PAUSE_TOKENS:
+            elif (deferred or pausable) and quiet >= PAUSE_TOKENS:
                 quiet = 0
                 yield PAUSE
         if tokens and ratio * len(tokens) > sent:
@@ -698,14 +700,17 @@ class CosyVoice2Engine:
 
     def live_stream(self, text: str, speaker: Any, language: str = "auto", seed: int = 0,
                     first_hop_tokens: int = FIRST_HOP_TOKENS, hop_tokens: int = LIVE_HOP_TOKENS,
-                    limits: Any = None, lane: int = 0, deferred: bool = False) -> Iterator[Any]:
+                    limits: Any = None, lane: int = 0, deferred: bool = False,
+                    pausable: bool = True) -> Iterator[Any]:
         """Live mode: each chunk's audio streamed while its LM runs (speak_stream), the first piece after
         `first_hop_tokens` speech tokens, later ones every `hop_tokens`; a chunk's pause leads the next chunk's first piece.
         limits: text -> {"min_tokens", "max_tokens"} of the LM (benchmarks on random weights, which never draw a
         sensible stop token) or None. Speed is 1 (speak_stream has no speed control). lane: which of set_lanes'
         lanes runs it (the caller keeps one stream at a time on a lane, or serialises them: a lane's decoder
         parks a suspended stream's state, but its calls are not thread-safe). deferred: each piece as a function that
-        makes its audio, to be called before the next piece is asked for (speak_stream's deferred: --tts-batch)."""
+        makes its audio, to be called before the next piece is asked for (speak_stream's deferred: --tts-batch).
+        pausable: PAUSE every PAUSE_TOKENS tokens without a piece, deferred or not (speak_stream): where the caller
+        may let a waiting first piece use the LM (LiveVoice does); callers that cannot, pass False."""
         from ...text.frontend import text_chunks
 
         state = self._state(speaker)
@@ -718,7 +723,7 @@ class CosyVoice2Engine:
             extra = dict(limits(chunk.text)) if limits is not None else {}
             pieces = runtime.speak_stream(runtime.text_ids(chunk.text), state, generator, hift, hop_tokens=hop_tokens,
                                           first_hop_tokens=first_hop_tokens if i == 0 else None, deferred=deferred,
-                                          **extra)
+                                          pausable=pausable, **extra)
             for piece in pieces:  # each piece as soon as it is made (or, deferred, its tokens are)
                 lead, pause = pause, None
                 if getattr(piece, "is_pause", False):
