@@ -169,7 +169,9 @@ class TokenEncoder(nn.Module):
         x = self.up_layer(x.transpose(1, 2)).transpose(1, 2)
         x, pos = self.up_embed(x)
         if valid is not None:
-            bias = self._key_bias(valid.repeat_interleave(2, dim=1), x.dtype)
+            # each token's frames (views and a copy: nothing a CUDA graph capture could not hold)
+            frames = valid.unsqueeze(-1).expand(-1, -1, self.up_layer.stride).reshape(valid.shape[0], -1)
+            bias = self._key_bias(frames, x.dtype)
         for block in self.up_encoders:
             x = block(x, pos, bias)
         return self.after_norm(x)
