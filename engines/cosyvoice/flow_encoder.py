@@ -25,10 +25,12 @@ log = logging.getLogger("digital_human.cosyvoice")
 
 
 class FastEncoder:
-    """flow.encode(tokens) for [1, N] token ids, padded to a multiple of `bucket` tokens; returns mu [1, 80, 2N]."""
+    """flow.encode(tokens) for [1, N] token ids, padded to a multiple of `bucket` tokens; returns mu [1, 80, 2N]
+    (2 = the flow's token_mel_ratio)."""
 
     def __init__(self, flow: Any, bucket: int = 32, cuda_graph: bool | None = None) -> None:
         self.flow, self.bucket = flow, int(bucket)
+        self.ratio = int(flow.cfg.token_mel_ratio)  # mel frames a token (2)
         device = next(flow.parameters()).device
         self.use_graph = device.type == "cuda" if cuda_graph is None else bool(cuda_graph)
         self.graphs: dict[int, tuple[Callable[[], None], dict[str, torch.Tensor], torch.Tensor]] = {}
@@ -92,7 +94,7 @@ class FastEncoder:
         padded = self.padded(count)
         inputs = self._inputs(tokens.long(), padded)
         if not self.use_graph:
-            return self.flow.encode(inputs["tokens"], inputs["valid"])[:, :, :2 * count]
+            return self.flow.encode(inputs["tokens"], inputs["valid"])[:, :, :self.ratio * count]
         with self._lock:
             replay, static, out = self._graph(padded, inputs)
             stream = torch.cuda.current_stream(out.device) if out.is_cuda else None
@@ -101,7 +103,7 @@ class FastEncoder:
             for name, value in inputs.items():
                 static[name].copy_(value)
             replay()
-            result = out[:, :, :2 * count].clone()
+            result = out[:, :, :self.ratio * count].clone()
             if stream is not None:
                 self._done = torch.cuda.Event()
                 self._done.record(stream)
