@@ -523,7 +523,9 @@ def server_main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     from digital_human.engines.cosyvoice.engine import FLOW_KERNELS_ENV, fast_path_from_env
 
-    if args.flow_kernels != "off":  # the engine reads it when it makes its runtime (fast_path_from_env)
+    if args.flow_kernels == "off":  # the engine reads it when it makes its runtime (fast_path_from_env)
+        os.environ.pop(FLOW_KERNELS_ENV, None)  # not one inherited from the shell: the report says off
+    else:
         os.environ[FLOW_KERNELS_ENV] = args.flow_kernels
         try:
             fast_path_from_env()  # a wrong word: said now, before the voice is built

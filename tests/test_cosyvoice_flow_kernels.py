@@ -92,6 +92,46 @@ def test_failed_compile_is_announced_and_solves_eagerly(models, caplog):
     assert torch.equal(out, plain)
 
 
+def test_after_a_compiled_solve_worked_other_failures_are_raised(models):
+    """Once a solve with compiled blocks has worked, a later failure that is not the compiler's (an out-of-memory, a
+    bad shape) is raised as it is; the blocks stay compiled (they are shared by every lane)."""
+    solver = FastCFM(models.flow.decoder, torch.float32, bucket=16, cuda_graph=False, compiled=True)
+    args = _rows(models, 32, 1)
+    solver.solve_rows(*args)
+    block = next(m for m in solver.estimator.modules() if isinstance(m, TransformerBlock))
+    working = block._compiled_call_impl
+
+    def oom(*a, **k):
+        raise RuntimeError("CUDA out of memory")
+
+    block._compiled_call_impl = oom
+    with pytest.raises(RuntimeError, match="out of memory"):
+        solver.solve_rows(*args)
+    assert solver.compile_note is None and flow_kernels.compiled_blocks(solver.estimator) > 0
+    block._compiled_call_impl = working
+
+
+def test_compiled_code_that_cannot_be_captured_is_captured_eagerly(models, monkeypatch, caplog):
+    """A compiled solve that runs but fails inside the graph capture: announced, the blocks made eager, captured
+    again (the CPU has no CUDA graphs: the capture is a stand-in that fails while any block is compiled)."""
+    from digital_human.engines.cosyvoice import flow as fl
+
+    def capture(run, device, pool=None, stream=None):
+        if flow_kernels.compiled_blocks(solver.estimator):
+            raise RuntimeError("operation not permitted when stream is capturing")
+        out = run()
+        return (lambda: out.copy_(run())), out
+
+    monkeypatch.setattr(fl, "_capture", capture)
+    solver = FastCFM(models.flow.decoder, torch.float32, bucket=16, cuda_graph=True, compiled=True)
+    args = _rows(models, 32, 1)
+    with caplog.at_level(logging.WARNING, logger="digital_human.cosyvoice"):
+        out = solver.solve_rows(*args)
+    assert solver.compile_note and "not permitted" in solver.compile_note and solver.captures == 1
+    plain = FastCFM(models.flow.decoder, torch.float32, bucket=16, cuda_graph=False).solve_rows(*args)
+    assert torch.equal(out, plain)
+
+
 def test_a_shared_estimator_keeps_its_kernels(models):
     """Live mode's lanes share the first solver's estimator: the second solver neither copies nor fuses it again."""
     first = FastCFM(models.flow.decoder, torch.float32, bucket=16, cuda_graph=False, fused=True)

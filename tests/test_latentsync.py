@@ -305,6 +305,13 @@ def test_fused_projections_keep_the_output_and_the_state_dict():
     assert cross and fused == len(attentions) - len(cross) > 0
     assert all(m.qkv_weight is None for m in cross)
     assert sorted(net.state_dict()) == keys
+    one_attn = next(m for m in attentions if m.qkv_weight is not None)
+    stacked = one_attn.qkv_weight
+    # q/k/v hold slices of the stacked weight (one copy in memory), and a second fuse keeps that tensor (the
+    # fast path fuses once per guidance mode; graphs captured by the first read its address)
+    assert one_attn.to_q.weight.data_ptr() == stacked.data_ptr()
+    assert one_attn.to_v.weight.data_ptr() == stacked[2 * one_attn.to_q.out_features:].data_ptr()
+    assert net.fuse_projections() == fused and one_attn.qkv_weight is stacked
     # FP32: the same products in one GEMM instead of three (equal here); a fused weight with k and v swapped moves the
     # output by 0.97 (checked by hand)
     assert torch.allclose(three, one, atol=1e-5)

@@ -199,7 +199,7 @@ def test_a_first_piece_takes_the_lm_at_the_next_pause_of_a_long_hop():
     b_waiting = threading.Event()
 
     class Engine(_FlowRowsEngine):
-        def live_stream(self, text, speaker, language="auto", limits=None, deferred=False):
+        def live_stream(self, text, speaker, language="auto", limits=None, deferred=False, **_):
             assert deferred
             yield lambda: np.ones(10, np.float32)  # the first piece
             if text == "B":
@@ -238,7 +238,8 @@ def test_without_tts_batch_a_first_piece_takes_the_lane_at_the_next_pause():
     b_waiting = threading.Event()
 
     class Engine(_FlowRowsEngine):
-        def live_stream(self, text, speaker, language="auto", limits=None):
+        def live_stream(self, text, speaker, language="auto", limits=None, pausable=False):
+            assert pausable  # LiveVoice asks for the pauses
             yield np.ones(10, np.float32)  # the first piece, made under the lock
             if text == "B":
                 return
@@ -281,7 +282,7 @@ def test_the_first_piece_carries_when_it_got_the_lock_and_its_tokens():
     from digital_human.pipeline.live.voice import LiveVoice
 
     class Engine(_FlowRowsEngine):
-        def live_stream(self, text, speaker, language="auto", limits=None, deferred=False):
+        def live_stream(self, text, speaker, language="auto", limits=None, deferred=False, **_):
             time.sleep(0.02)  # the LM's tokens of the first piece
             yield lambda: (time.sleep(0.03), np.ones(10, np.float32))[1]  # its flow + vocoder
             yield lambda: np.ones(10, np.float32)

@@ -119,7 +119,7 @@ def test_cosyvoice_live_stream_later_hops_grow_to_the_live_hop(cosyvoice, monkey
     rt, total = engine.runtime(), 200
     vocab = rt.models.flow.cfg.vocab_size
     monkeypatch.setattr(rt, "_tokens", lambda x, generator, **limits: iter([(7 * i) % vocab for i in range(total)]))
-    items = list(engine.live_stream("Hello there, how are you today?", speaker))
+    items = list(engine.live_stream("Hello there, how are you today?", speaker, pausable=True))
     sizes = [p.size for p in items if not getattr(p, "is_pause", False)]
     spt = sum(sizes) // total
     hops = [n // spt for n in sizes]
@@ -127,10 +127,10 @@ def test_cosyvoice_live_stream_later_hops_grow_to_the_live_hop(cosyvoice, monkey
     assert hops[:6] == [first, first, 2 * first, 4 * first, LIVE_HOP_TOKENS, LIVE_HOP_TOKENS], hops
     assert sum(hops) == total and len(hops) == 7  # 8 + 8 + 16 + 32 + 50 + 50 = 164, then the last 36
     # every PAUSE_TOKENS tokens without a piece the stream pauses (LiveVoice may give the LM to a waiting first
-    # piece there): inside the longer hops, none in the short first ones; none when not pausable
+    # piece there): inside the longer hops, none in the short first ones; none unless asked for
     kinds = ["P" if getattr(p, "is_pause", False) else "a" for p in items]
     assert "".join(kinds) == "aaaPaPPPaPPPaPPa", "".join(kinds)  # 32: one pause; 50: three; the last 36: two
-    plain = list(engine.live_stream("Hello there, how are you today?", speaker, pausable=False))
+    plain = list(engine.live_stream("Hello there, how are you today?", speaker))  # the default: pieces only
     assert [p.size for p in plain] == sizes
 
 

@@ -701,7 +701,7 @@ class CosyVoice2Engine:
     def live_stream(self, text: str, speaker: Any, language: str = "auto", seed: int = 0,
                     first_hop_tokens: int = FIRST_HOP_TOKENS, hop_tokens: int = LIVE_HOP_TOKENS,
                     limits: Any = None, lane: int = 0, deferred: bool = False,
-                    pausable: bool = True) -> Iterator[Any]:
+                    pausable: bool = False) -> Iterator[Any]:
         """Live mode: each chunk's audio streamed while its LM runs (speak_stream), the first piece after
         `first_hop_tokens` speech tokens, later ones every `hop_tokens`; a chunk's pause leads the next chunk's first piece.
         limits: text -> {"min_tokens", "max_tokens"} of the LM (benchmarks on random weights, which never draw a
@@ -710,7 +710,7 @@ class CosyVoice2Engine:
         parks a suspended stream's state, but its calls are not thread-safe). deferred: each piece as a function that
         makes its audio, to be called before the next piece is asked for (speak_stream's deferred: --tts-batch).
         pausable: PAUSE every PAUSE_TOKENS tokens without a piece, deferred or not (speak_stream): where the caller
-        may let a waiting first piece use the LM (LiveVoice does); callers that cannot, pass False."""
+        may let a waiting first piece use the LM (LiveVoice asks for them). A deferred stream pauses either way."""
         from ...text.frontend import text_chunks
 
         state = self._state(speaker)

@@ -408,6 +408,7 @@ class FastCFM:
         if estimator is not None and next(estimator.parameters()).dtype != dtype:
             raise ValueError(f"the shared estimator is {next(estimator.parameters()).dtype}, this solver's is {dtype}")
         self.compile_note: str | None = None  # set when a compile failed and the blocks went back to eager
+        self._compiled_ok = False  # a solve with compiled blocks has worked (later failures are not the compiler's)
         if estimator is None:
             from .flow_kernels import compile_blocks, fuse_projections
 
@@ -454,7 +455,15 @@ class FastCFM:
             from ..cuda_streams import capture_stream
 
             self._stream = capture_stream(device)  # a cuBLAS workspace of this solver's own (capture_stream)
-        replay, out = _capture(run, device, pool=self._pool, stream=self._stream)
+        try:
+            replay, out = _capture(run, device, pool=self._pool, stream=self._stream)
+        except Exception as exc:  # compiled code that ran but could not be captured: eager blocks, captured again
+            if not self._compile_failure(exc):
+                raise
+            self._to_eager(exc)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            replay, out = _capture(run, device, pool=self._pool, stream=self._stream)
         self.captures += 1
         if self.prepared and padded > self.prepared:
             log.warning("[digital_human] CosyVoice 2 flow: a %d-frame solve is longer than the %d frames prepared; "
@@ -486,20 +495,39 @@ class FastCFM:
                steps: int) -> torch.Tensor:
         """solve_ode with this solver's estimator. Compiled blocks compile at their first call (a graph's warm-up
         call, before its capture); if that fails, the failure is announced, the blocks go back to their eager
-        forward and the solve runs again."""
+        forward and the solve runs again. Other failures (once a compiled solve has worked: an out-of-memory, a
+        bad shape) are raised as they are."""
         try:
-            return solve_ode(self.estimator, x, mu, mask, spks, cond, steps, self.cfg_rate)
+            out = solve_ode(self.estimator, x, mu, mask, spks, cond, steps, self.cfg_rate)
         except Exception as exc:
-            from .flow_kernels import compiled_blocks, uncompile_blocks
-
             capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-            if not compiled_blocks(self.estimator) or capturing:
+            if capturing or not self._compile_failure(exc):
                 raise
-            self.compile_note = (f"CosyVoice 2 flow: compiling the estimator's blocks failed ({type(exc).__name__}: "
-                                 f"{exc}); they run eagerly")
-            log.warning("[digital_human] %s", self.compile_note)
-            uncompile_blocks(self.estimator)
+            self._to_eager(exc)
             return solve_ode(self.estimator, x, mu, mask, spks, cond, steps, self.cfg_rate)
+        self._compiled_ok = True
+        return out
+
+    def _compile_failure(self, exc: BaseException) -> bool:
+        """Whether `exc` from a solve is the compiled blocks' to answer by going eager: they are compiled, and it is
+        the compiler's (dynamo, inductor, Triton), or no compiled solve has worked yet."""
+        from .flow_kernels import compiled_blocks
+
+        if not compiled_blocks(self.estimator):
+            return False
+        from torch._dynamo.exc import TorchDynamoException
+
+        from_compiler = isinstance(exc, TorchDynamoException) or \
+            type(exc).__module__.startswith(("torch._inductor", "triton"))
+        return from_compiler or not self._compiled_ok
+
+    def _to_eager(self, exc: BaseException) -> None:
+        from .flow_kernels import uncompile_blocks
+
+        self.compile_note = (f"CosyVoice 2 flow: the estimator's compiled blocks failed ({type(exc).__name__}: "
+                             f"{exc}); they run eagerly")
+        log.warning("[digital_human] %s", self.compile_note)
+        uncompile_blocks(self.estimator)
 
     def _noise(self, rows: int, padded: int, like: torch.Tensor) -> torch.Tensor:
         """The start noise of `rows` solves padded to `padded` frames: every row the decoder's one noise, so a

@@ -75,12 +75,21 @@ class Attention(nn.Module):
 
     def fuse_projections(self) -> bool:
         """Self-attention's q/k/v as one projection of the stacked weights (one GEMM instead of three, the same
-        products) for every later call without a context; a copy of the weights, made in their device and dtype.
-        Returns False where the keys come from another input's width (cross-attention: nothing to stack)."""
+        products) for every later call without a context. to_q / to_k / to_v then hold row slices of the stacked
+        weight (no second copy in memory; the state dict keeps its keys and values). Once per module: a second call
+        keeps the first's tensor (compiled functions and CUDA graphs captured since read its address). Returns False
+        where the keys come from another input's width (cross-attention: nothing to stack)."""
         if self.to_k.in_features != self.to_q.in_features:
             return False
+        if self.qkv_weight is not None:
+            return True
         weight = torch.cat([self.to_q.weight, self.to_k.weight, self.to_v.weight]).detach()
         self.register_buffer("qkv_weight", weight, persistent=False)
+        rows = 0
+        for linear in (self.to_q, self.to_k, self.to_v):
+            n = linear.out_features
+            linear.weight = nn.Parameter(weight[rows:rows + n], requires_grad=False)
+            rows += n
         return True
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:

@@ -247,7 +247,10 @@ class LiveVoice:
         lock = self._locks[lane]
         if self.engine_name != "kokoro":
             if hasattr(self.engine, "live_stream") and self.speed == 1.0:
-                hop = {"first_hop_tokens": self.first_hop_tokens} if self.first_hop_tokens else {}
+                # pausable: PAUSEs every 16 tokens without a piece, where a waiting first piece may take the LM (below)
+                hop = {"pausable": True}
+                if self.first_hop_tokens:
+                    hop["first_hop_tokens"] = self.first_hop_tokens
                 if self.lanes > 1:
                     hop["lane"] = lane
                 if self.batch_rows > 1:
