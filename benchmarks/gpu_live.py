@@ -374,7 +374,7 @@ def _under_tts(face, voice, wave: np.ndarray, repeats: int, streams: bool) -> di
 
     def tts() -> None:
         try:
-            with cuda_streams.thread_stream(voice.cuda_device, cuda_streams.TTS_PRIORITY, role=cuda_streams.TTS_ROLE):
+            with cuda_streams.thread_stream(voice.cuda_device, cuda_streams.tts_priority(), role=cuda_streams.TTS_ROLE):
                 while not stop.is_set():
                     for _ in voice.pieces(FACE_PROFILE_TTS_TEXT):
                         made[0] += 1
@@ -531,6 +531,13 @@ def server_main(args: argparse.Namespace) -> None:
             fast_path_from_env()  # a wrong word: said now, before the voice is built
         except ValueError as exc:
             raise SystemExit(f"--flow-kernels: {exc}") from None
+    from digital_human.engines import cuda_streams
+
+    if args.tts_priority is None:
+        os.environ.pop(cuda_streams.TTS_PRIORITY_ENV, None)
+    else:
+        os.environ[cuda_streams.TTS_PRIORITY_ENV] = str(args.tts_priority)
+    report["tts_priority"] = cuda_streams.tts_priority()
     voice = build_voice(args.size, args.device, work / f"cosyvoice2_{args.size}", args.state, args.first_hop,
                         args.tts_lanes, args.tts_batch)
     solver = getattr(voice.engine.runtime(), "_solver", None)
@@ -832,6 +839,9 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/gpu_live")
     parser.add_argument("--face-fast-path", default="auto", choices=["auto", "on", "off"],
                         help="MuseTalk's compiled step (auto: serve's default, on with CUDA)")
+    parser.add_argument("--tts-priority", type=int, default=None, help="the TTS streams' CUDA priority "
+                        "(DIGITAL_HUMAN_LIVE_TTS_PRIORITY; default: engines/cuda_streams.TTS_PRIORITY, 0; -1 = the "
+                        "talking head's)")
     parser.add_argument("--flow-kernels", default="off", help="CosyVoice 2's flow with fewer kernels: off, or "
                         "DIGITAL_HUMAN_COSYVOICE_FLOW_KERNELS's list (fused, compiled, encoder_graph; all)")
     parser.add_argument("--sample-stacks", action="store_true", help="sample the server's threads during each "

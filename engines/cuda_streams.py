@@ -39,6 +39,23 @@ STREAMS_ENV = "DIGITAL_HUMAN_LIVE_STREAMS"  # "0": no streams of their own (ever
 FACE_PRIORITY = -1  # the talking head's streams (frames have deadlines); lower numbers run first
 TTS_PRIORITY = 0    # CUDA's default, the lowest
 FACE_ROLE, TTS_ROLE = "live-face", "live-tts"
+# An integer: the TTS streams' priority instead of TTS_PRIORITY (lower runs first; torch clamps it to the device's
+# range). For A/B runs of benchmarks/gpu_live.py (--tts-priority): a first piece has no slack, and under 8 sessions
+# its thousands of small kernels may wait behind the talking head's large ones. Unset: TTS_PRIORITY, as measured.
+TTS_PRIORITY_ENV = "DIGITAL_HUMAN_LIVE_TTS_PRIORITY"
+
+
+def tts_priority() -> int:
+    """The TTS streams' priority: TTS_PRIORITY_ENV when set (a whole number, else refused naming it), else
+    TTS_PRIORITY. Read at each call: the streams are made at a stage's first call."""
+    raw = os.environ.get(TTS_PRIORITY_ENV, "").strip()
+    if not raw:
+        return TTS_PRIORITY
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{TTS_PRIORITY_ENV}={raw!r}: give a whole number (0 = CUDA's lowest priority, -1 = the "
+                         "talking head's), or leave it unset") from None
 
 
 def tts_lane_role(lane: int) -> str:

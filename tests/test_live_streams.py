@@ -237,3 +237,26 @@ def test_each_graph_owner_gets_a_capture_stream_of_its_own(monkeypatch, caplog):
     assert extra is not None and "share a capture stream" in caplog.text
     cuda_streams.release_capture_stream(owners[5])  # its graphs are gone: the next owner may have its stream
     assert cuda_streams.capture_stream("cuda:0").cuda_stream == owners[5].cuda_stream
+
+
+def test_the_tts_priority_variable(monkeypatch):
+    """DIGITAL_HUMAN_LIVE_TTS_PRIORITY sets the TTS streams' priority (gpu_live.py --tts-priority's A/B); unset the
+    default; not a whole number: refused naming the variable. A session's TTS stage asks for that priority."""
+    monkeypatch.delenv(cuda_streams.TTS_PRIORITY_ENV, raising=False)
+    assert cuda_streams.tts_priority() == cuda_streams.TTS_PRIORITY
+    monkeypatch.setenv(cuda_streams.TTS_PRIORITY_ENV, " -1 ")
+    assert cuda_streams.tts_priority() == -1
+    recorder = _Recorder()
+    monkeypatch.setattr(cuda_streams, "thread_stream", recorder)
+    session = Session("t2", _Face(recorder), _Voice(recorder), StageMetrics())
+    try:
+        utterance = session.say("hello there")
+        end = time.perf_counter() + 10
+        while utterance.state not in ("done", "failed") and time.perf_counter() < end:
+            time.sleep(0.02)
+    finally:
+        session.close()
+    assert ("cuda:5", -1, cuda_streams.TTS_ROLE) in [call[:3] for call in recorder.calls]
+    monkeypatch.setenv(cuda_streams.TTS_PRIORITY_ENV, "high")
+    with pytest.raises(ValueError, match=cuda_streams.TTS_PRIORITY_ENV):
+        cuda_streams.tts_priority()

@@ -348,11 +348,11 @@ class CosyVoice2Runtime:
         solver = self._flow_solver()
         if int(rows) <= 1 or solver is None:
             return 1
-        from ..cuda_streams import TTS_PRIORITY
+        from ..cuda_streams import tts_priority
         from .flow_batch import FlowRowBatcher
 
         self._flow_batcher = FlowRowBatcher(solver, int(rows), self.models.flow.cfg.timesteps,
-                                            stream_priority=TTS_PRIORITY if self.device.type == "cuda" else None)
+                                            stream_priority=tts_priority() if self.device.type == "cuda" else None)
         return self._flow_batcher.max_rows
 
     @torch.inference_mode()  # as prepare_live: the decoders compile their steps here (autograd on broke that)

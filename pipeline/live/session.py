@@ -230,9 +230,9 @@ class Session:
         return cuda_streams.thread_stream(device, priority=priority, role=role)
 
     def _tts_stage(self) -> None:
-        from ...engines.cuda_streams import TTS_PRIORITY, TTS_ROLE
+        from ...engines.cuda_streams import TTS_ROLE, tts_priority
 
-        with self._stage_stream(self.voice, TTS_ROLE, TTS_PRIORITY):
+        with self._stage_stream(self.voice, TTS_ROLE, tts_priority()):
             self._tts_loop()
 
     def _face_stage(self) -> None:

@@ -239,9 +239,9 @@ class LiveVoice:
         stream would run one after another on the device); with one lane, or off CUDA, nothing."""
         if self.lanes == 1:
             return nullcontext()
-        from ...engines.cuda_streams import TTS_PRIORITY, thread_stream, tts_lane_role
+        from ...engines.cuda_streams import thread_stream, tts_lane_role, tts_priority
 
-        return thread_stream(self.cuda_device, TTS_PRIORITY, role=tts_lane_role(lane))
+        return thread_stream(self.cuda_device, tts_priority(), role=tts_lane_role(lane))
 
     def _pieces(self, text: str, lane: int) -> Iterator[Piece]:
         lock = self._locks[lane]
