@@ -96,7 +96,7 @@ def live_piece_frames(first_hop: int = FIRST_HOP_TOKENS, hop_tokens: int = LIVE_
     HIFT_CONTEXT_FRAMES of left context). A chunk's last piece holds what is left after the last hop: fewer than a
     hop and the `lookahead` tokens (CosyVoice 2's pre_lookahead_len) more, so at most 2 * (hop_tokens + lookahead)
     frames and the context. Default: every length from 1 to 114, so no live piece is vocoded eagerly (a chunk's
-    last piece over 48 frames was, ~865 launches from Python, until 2026-12-04)."""
+    last piece over 48 frames was, ~865 torch calls from Python, until 2026-12-04)."""
     longest = max(SHORT_PIECE_FRAMES, HIFT_CONTEXT_FRAMES + 2 * (int(hop_tokens) + int(lookahead)))
     lengths = set(range(1, longest + 1))
     for first, growing in ((int(first_hop), True), (int(hop_tokens), False)):
@@ -122,12 +122,12 @@ class FastPath:
     flow_half: the flow estimator (the ODE's network) as an FP16 copy; the token encoder stays FP32.
     flow_graph: the whole 10-step ODE solve as one CUDA graph per padded length (flow.FastCFM).
     flow_fused: the estimator copy's self-attention q/k/v as one projection (flow_kernels.fuse_projections): the
-      same products, ~1,100 fewer kernels per solve. Off until measured on a GPU (benchmarks/gpu_tts_pieces.py
+      same products, 1,120 fewer matrix products per solve. Off until measured on a GPU (benchmarks/gpu_tts_pieces.py
       --sections flow_kernels).
     flow_compile: the estimator copy's transformer and ResNet blocks compiled by inductor (flow_kernels.compile_blocks;
       a failed compile is announced and the blocks run eagerly). Off until measured on a GPU, as flow_fused.
     flow_encoder_graph: the flow's token encoder replayed from CUDA graphs per padded token count
-      (flow_encoder.FastEncoder; off CUDA the same padded call eagerly): the piece's last eager stage, ~250 launches.
+      (flow_encoder.FastEncoder; off CUDA the same padded call eagerly): the piece's last eager stage, ~530 torch calls.
       Captured by prepare_live (a failed capture is logged and reported, and the encoder runs eagerly). Off until
       measured on a GPU, as flow_fused.
     hift_half: HiFT's upsampler convolutions under FP16 autocast (F0 and sine source in FP32). Off by

@@ -1,7 +1,8 @@
 """Fewer GPU kernels per CosyVoice 2 flow solve, for FastCFM's half-precision estimator copy.
 
 Why: a live piece's flow solve is 10 Euler steps of the estimator with its 56 transformer blocks and 14 ResNet
-blocks, ~11,000 small kernels replayed from a CUDA graph. On an H200 the solve's time hardly depends on its length
+blocks: 16,784 torch calls (counted on the CPU with the full-size architecture; views among them launch
+no kernel), their kernels replayed from a CUDA graph. On an H200 the solve's time hardly depends on its length
 (47 ms at 448 frames for one row, 2026-12-04 benchmarks/RESULTS_live.md) and each further row adds ~10 ms: the
 fixed part, one kernel after another, is what a live server pays per piece. Two ways to launch fewer:
 
