@@ -2,8 +2,7 @@
 
 Why: every live piece encodes the prompt's and the utterance's tokens so far before its flow solve. Eagerly that is
 ~530 torch calls from Python (counted on the CPU, full-size architecture: 10 conformer blocks, the lookahead
-and upsampling convolutions), each giving up
-the interpreter lock and winning it back; with 8 sessions' threads in one process, each win can wait for whichever
+and upsampling convolutions), each giving up the interpreter lock and winning it back; with 8 sessions' threads in one process, each win can wait for whichever
 thread runs Python. A replayed graph is one call. The solve itself (flow.FastCFM) and the vocoder (hift_graph) were
 replayed already; this was the piece's remaining eager stage.
 

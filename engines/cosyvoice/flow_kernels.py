@@ -10,8 +10,7 @@ fixed part, one kernel after another, is what a live server pays per piece. Two 
   instead of three). The same products; only the GEMM's rounding may differ.
 - compile_blocks: torch.compile (inductor) of each transformer and ResNet block (regional compilation: the 56
   transformer blocks share one compiled graph, the 14 ResNets one per input width (3), so the compile is paid once
-  per block kind
-  and not for the unrolled network), with dynamic lengths and rows. Layer norms, activations, masks and residual
+  per block kind and not for the unrolled network), with dynamic lengths and rows. Layer norms, activations, masks and residual
   adds fuse into a few kernels. Capturing the compiled blocks in FastCFM's graphs works as for the eager ones:
   the capture's warm-up call compiles.
 
