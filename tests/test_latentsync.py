@@ -217,6 +217,23 @@ def test_shared_rows_gives_the_unshared_output():
     assert not torch.allclose(each[0], each[1], atol=1e-2)  # the rows really differ (audio vs none)
 
 
+def _reduced_unet_with_motion():
+    """The reduced LatentSync UNet, seeded, with its motion modules' zero-initialised weights (AnimateDiff's proj_out)
+    drawn too, so that the temporal attention counts in the output."""
+    import torch
+
+    from digital_human.engines.latentsync.random_release import UNET_MODEL_REDUCED
+    from digital_human.engines.latentsync.unet import LatentSyncUNet
+
+    torch.manual_seed(0)
+    net = LatentSyncUNet(UNET_MODEL_REDUCED).eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            if not p.any():
+                p.normal_(0, 0.02)
+    return net
+
+
 def test_short_attention_switch_routes_every_temporal_attention_and_keeps_the_output(monkeypatch):
     """set_short_attention(True) sends the motion modules' temporal attention (and nothing else) to the short-sequence
     kernel where it can run; the output stays the SDPA path's. The CPU has no Triton kernel: `available` is made true
@@ -226,15 +243,9 @@ def test_short_attention_switch_routes_every_temporal_attention_and_keeps_the_ou
     import torch
 
     from digital_human.engines.latentsync import short_attention as short
-    from digital_human.engines.latentsync.random_release import UNET_MODEL_REDUCED
-    from digital_human.engines.latentsync.unet import LatentSyncUNet, TemporalAttention
+    from digital_human.engines.latentsync.unet import TemporalAttention
 
-    torch.manual_seed(0)
-    net = LatentSyncUNet(UNET_MODEL_REDUCED).eval()
-    with torch.no_grad():  # the motion modules' proj_out start at zero (as AnimateDiff's): make them count
-        for p in net.parameters():
-            if not p.any():
-                p.normal_(0, 0.02)
+    net = _reduced_unet_with_motion()
     x, audio = torch.randn(2, 13, 4, 8, 8), torch.randn(8, 30, 384)
     calls: list = []
 
@@ -285,15 +296,9 @@ def test_fused_projections_keep_the_output_and_the_state_dict():
     pytest.importorskip("diffusers", reason="LatentSync is an optional extra: pip install .[latentsync]")
     import torch
 
-    from digital_human.engines.latentsync.random_release import UNET_MODEL_REDUCED
-    from digital_human.engines.latentsync.unet import Attention, LatentSyncUNet
+    from digital_human.engines.latentsync.unet import Attention
 
-    torch.manual_seed(0)
-    net = LatentSyncUNet(UNET_MODEL_REDUCED).eval()
-    with torch.no_grad():  # the motion modules' proj_out start at zero (as AnimateDiff's): make them count
-        for p in net.parameters():
-            if not p.any():
-                p.normal_(0, 0.02)
+    net = _reduced_unet_with_motion()
     keys = sorted(net.state_dict())
     x, audio = torch.randn(2, 13, 4, 8, 8), torch.randn(8, 30, 384)
     with torch.no_grad():

@@ -188,20 +188,28 @@ class _FlowRowsEngine:
         return rows
 
 
-def test_a_first_piece_takes_the_lm_at_the_next_pause_of_a_long_hop():
-    """With --tts-batch the lane's lock is held for a piece's tokens; a deferred stream pauses every PAUSE_TOKENS
-    tokens, and LiveVoice gives the LM up there when an utterance's first piece waits (not before: no needless
-    turns). Fake engine: utterance A's second piece is 200 pauses long; B's first piece comes after a few of them."""
+@pytest.mark.parametrize("batch_rows", [2, 1])
+def test_a_first_piece_takes_the_lm_at_the_next_pause_of_a_long_hop(batch_rows):
+    """The live stream pauses every PAUSE_TOKENS tokens without a piece, and LiveVoice gives the LM up there when an
+    utterance's first piece waits (not before: no needless turns). With --tts-batch (2 rows) the lane's lock is held
+    for a piece's tokens (deferred pieces); without (1 row) for its tokens and its audio, and the pauses are
+    CosyVoice2Engine.live_stream's `pausable`, which LiveVoice asks for (before 2026-12-04 a first piece waited for a
+    whole hop there: the 8-session run of 2026-12-03 waited P50 338 ms for its first audio against 86.5 ms alone).
+    Fake engine: utterance A's second piece is 200 pauses long; B's first piece comes after a few of them."""
     from digital_human.pipeline.live.voice import LiveVoice
 
     pause = type("Pause", (), {"is_pause": True})()
     log: list[str] = []
     b_waiting = threading.Event()
+    deferred_pieces = batch_rows > 1
+
+    def piece():
+        return (lambda: np.ones(10, np.float32)) if deferred_pieces else np.ones(10, np.float32)
 
     class Engine(_FlowRowsEngine):
-        def live_stream(self, text, speaker, language="auto", limits=None, deferred=False, **_):
-            assert deferred
-            yield lambda: np.ones(10, np.float32)  # the first piece
+        def live_stream(self, text, speaker, language="auto", limits=None, deferred=False, pausable=False):
+            assert deferred == deferred_pieces and pausable  # LiveVoice asks for the pauses
+            yield piece()  # the first piece
             if text == "B":
                 return
             for k in range(200):  # a long hop: its tokens come with pauses between
@@ -210,10 +218,10 @@ def test_a_first_piece_takes_the_lm_at_the_next_pause_of_a_long_hop():
                     b_waiting.set()  # B asks for its first piece now
                     time.sleep(0.2)  # and is waiting on the lock by the next pause
                 yield pause
-            yield lambda: np.ones(10, np.float32)
+            yield piece()
 
-    voice = LiveVoice(Engine(), None, batch_rows=2)
-    assert voice.batch_rows == 2
+    voice = LiveVoice(Engine(), None, batch_rows=batch_rows)
+    assert voice.batch_rows == batch_rows
     a = voice.pieces("A")
     next(a)
     got: list = []
@@ -224,45 +232,6 @@ def test_a_first_piece_takes_the_lm_at_the_next_pause_of_a_long_hop():
     worker.join(30)
     assert got == [10]
     assert log.index("B") < 10, log[:12]  # B's first piece at one of A's next pauses, not after its 200
-
-
-def test_without_tts_batch_a_first_piece_takes_the_lane_at_the_next_pause():
-    """Without --tts-batch the lane's lock is held for a piece's tokens and its audio; the live stream pauses every
-    PAUSE_TOKENS tokens there too (CosyVoice2Engine.live_stream's pausable), and LiveVoice gives the lane to a waiting
-    first piece at the next pause instead of after the whole hop (up to 50 tokens and the audio: the 8-session run
-    of 2026-12-03 waited P50 338 ms for its first audio against 86.5 ms alone)."""
-    from digital_human.pipeline.live.voice import LiveVoice
-
-    pause = type("Pause", (), {"is_pause": True})()
-    log: list[str] = []
-    b_waiting = threading.Event()
-
-    class Engine(_FlowRowsEngine):
-        def live_stream(self, text, speaker, language="auto", limits=None, pausable=False):
-            assert pausable  # LiveVoice asks for the pauses
-            yield np.ones(10, np.float32)  # the first piece, made under the lock
-            if text == "B":
-                return
-            for k in range(200):
-                log.append(f"A{k}")
-                if k == 5:
-                    b_waiting.set()
-                    time.sleep(0.2)
-                yield pause
-            yield np.ones(10, np.float32)
-
-    voice = LiveVoice(Engine(), None)
-    assert voice.batch_rows == 1
-    a = voice.pieces("A")
-    next(a)
-    got: list = []
-    worker = threading.Thread(target=lambda: (b_waiting.wait(30), got.append(next(voice.pieces("B")).wave.size),
-                                               log.append("B")))
-    worker.start()
-    assert next(a).wave.size == 10
-    worker.join(30)
-    assert got == [10]
-    assert log.index("B") < 10, log[:12]
 
 
 def test_serve_refuses_a_bad_batch_before_any_model_loads(capsys, data_dir):
