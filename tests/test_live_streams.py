@@ -18,7 +18,7 @@ import pytest
 
 from digital_human.engines import cuda_streams
 from digital_human.pipeline.live.metrics import StageMetrics
-from digital_human.pipeline.live.session import Session
+from digital_human.pipeline.live.session import Session, SessionManager
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -260,3 +260,14 @@ def test_the_tts_priority_variable(monkeypatch):
     monkeypatch.setenv(cuda_streams.TTS_PRIORITY_ENV, "high")
     with pytest.raises(ValueError, match=cuda_streams.TTS_PRIORITY_ENV):
         cuda_streams.tts_priority()
+    with pytest.raises(ValueError, match=cuda_streams.TTS_PRIORITY_ENV):  # a server refuses it at start
+        SessionManager(_Face(recorder), _Voice(recorder))
+
+
+def test_serve_refuses_a_bad_tts_priority_before_any_model_loads(capsys, data_dir, monkeypatch):
+    from digital_human.cli import main
+
+    monkeypatch.setenv(cuda_streams.TTS_PRIORITY_ENV, "urgent")
+    code = main(["serve", "--base-voice", "auto", "--face", str(data_dir / "image" / "face_01_female.jpg")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{cuda_streams.TTS_PRIORITY_ENV}='urgent'" in err, err[-400:]

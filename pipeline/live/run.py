@@ -121,6 +121,9 @@ def check_serve_inputs(args: argparse.Namespace, command: str, extra: str, modul
         check_tts_lanes(lanes, cuda=fast_path_on_cuda(args.engine, live_fast_path(getattr(args, "fast_path", None))))
     if getattr(args, "tts_batch", 1) < 1:
         raise ValueError(f"--tts-batch must be at least 1, got {args.tts_batch} (1: each session's piece solved alone)")
+    from ...engines.cuda_streams import tts_priority
+
+    tts_priority()  # DIGITAL_HUMAN_LIVE_TTS_PRIORITY: a bad value is named now, not after the models load
     problem = extra_problem(command, extra, modules)
     if problem:
         raise PreflightError(problem)

@@ -344,6 +344,9 @@ class SessionManager:
         self.face, self.voice, self.max_sessions = face, voice, max(1, int(max_sessions))
         self.opencv_threads = live_opencv_threads()
         self.switch_interval_ms = live_switch_interval()
+        from ...engines.cuda_streams import tts_priority
+
+        self.tts_priority = tts_priority()  # a bad DIGITAL_HUMAN_LIVE_TTS_PRIORITY is refused here, at start
         self.metrics = StageMetrics()
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
