@@ -271,3 +271,14 @@ def test_serve_refuses_a_bad_tts_priority_before_any_model_loads(capsys, data_di
     code = main(["serve", "--base-voice", "auto", "--face", str(data_dir / "image" / "face_01_female.jpg")])
     err = capsys.readouterr().err
     assert code == 2 and f"{cuda_streams.TTS_PRIORITY_ENV}='urgent'" in err, err[-400:]
+
+
+def test_serve_refuses_bad_flow_kernels_before_any_model_loads(capsys, data_dir, monkeypatch):
+    from digital_human.cli import main
+    from digital_human.engines.cosyvoice.engine import FLOW_KERNELS_ENV
+
+    monkeypatch.setenv(FLOW_KERNELS_ENV, "fused,turbo")
+    code = main(["serve", "--engine", "cosyvoice2", "--base-voice", "auto",
+                 "--face", str(data_dir / "image" / "face_01_female.jpg")])
+    err = capsys.readouterr().err
+    assert code == 2 and FLOW_KERNELS_ENV in err and "turbo unknown" in err, err[-400:]

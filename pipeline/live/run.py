@@ -124,6 +124,10 @@ def check_serve_inputs(args: argparse.Namespace, command: str, extra: str, modul
     from ...engines.cuda_streams import tts_priority
 
     tts_priority()  # DIGITAL_HUMAN_LIVE_TTS_PRIORITY: a bad value is named now, not after the models load
+    if getattr(args, "engine", "") == "cosyvoice2":  # its DIGITAL_HUMAN_COSYVOICE_FLOW_KERNELS, likewise
+        from ...engines.cosyvoice.engine import fast_path_from_env
+
+        fast_path_from_env()
     problem = extra_problem(command, extra, modules)
     if problem:
         raise PreflightError(problem)
