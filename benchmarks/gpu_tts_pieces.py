@@ -154,20 +154,17 @@ def flow_section(runtime, rows_list: list[int], frames: int, repeats: int, sync)
     return out
 
 
-def _kernels_per_solve(solver, inputs: dict, steps: int) -> int | None:
-    """GPU kernels one uncaptured solve launches (what its CUDA graph replays one after another); None off CUDA."""
+def _cuda_kernels(fn, device) -> int | None:
+    """GPU kernels fn() launches when run uncaptured (what a CUDA graph of it replays one after another); None off
+    CUDA."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from digital_human.engines.cosyvoice.flow import solve_ode
-
-    if not inputs["mu"].is_cuda:
+    if device.type != "cuda":
         return None
-    x = solver._noise(int(inputs["mu"].shape[0]), int(inputs["mu"].shape[2]), inputs["mu"])
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        solve_ode(solver.estimator, x, inputs["mu"], inputs["mask"], inputs["spks"], inputs["cond"], steps,
-                  solver.cfg_rate)
-        torch.cuda.synchronize()
+        fn()
+        torch.cuda.synchronize(device)
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
@@ -177,7 +174,7 @@ def flow_kernels_section(runtime, frames_list: list[int], rows_list: list[int], 
     per padded length and row count: median time, kernels per solve, and the largest difference from plain's."""
     import torch
 
-    from digital_human.engines.cosyvoice.flow import FastCFM
+    from digital_human.engines.cosyvoice.flow import FastCFM, solve_ode
 
     flow = runtime.models.flow
     steps, spk_dim = flow.cfg.timesteps, flow.spk_embed_affine_layer.out_features
@@ -209,7 +206,11 @@ def flow_kernels_section(runtime, frames_list: list[int], rows_list: list[int], 
                     stats, x = _timed(lambda: solver.solve_rows(inputs["mu"], inputs["mask"], inputs["spks"],
                                                                 inputs["cond"], steps), sync, repeats)
                 key = f"{padded}x{rows}"
-                row = {**stats, "prepare_s": round(prepare_s, 2), "kernels": _kernels_per_solve(solver, inputs, steps)}
+                x0 = solver._noise(rows, padded, inputs["mu"])
+                kernels = _cuda_kernels(lambda: solve_ode(solver.estimator, x0, inputs["mu"], inputs["mask"],
+                                                          inputs["spks"], inputs["cond"], steps, solver.cfg_rate),
+                                        runtime.device)
+                row = {**stats, "prepare_s": round(prepare_s, 2), "kernels": kernels}
                 results[(name, key)] = x
                 if name != "plain":
                     ref = results[("plain", key)].float()
@@ -231,7 +232,6 @@ def encoder_section(runtime, token_counts: list[int], repeats: int, sync) -> dic
     served by default) against flow_encoder.FastEncoder (replayed from its CUDA graph per padded length; the padded
     call eagerly off CUDA): median time, GPU kernels of the eager call, and the largest difference."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from digital_human.engines.cosyvoice.flow_encoder import FastEncoder
 
@@ -249,12 +249,7 @@ def encoder_section(runtime, token_counts: list[int], repeats: int, sync) -> dic
         with torch.inference_mode():
             eager, want = _timed(lambda: flow.encode(tokens), sync, repeats)
             graph, got = _timed(lambda: encoder(tokens), sync, repeats)
-            kernels = None
-            if tokens.is_cuda:
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    flow.encode(tokens)
-                    sync()
-                kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+            kernels = _cuda_kernels(lambda: flow.encode(tokens), runtime.device)
         out["tokens"][str(count)] = {"eager": eager, "graph": graph, "eager_kernels": kernels,
                                      "speedup": round(eager["median_ms"] / max(graph["median_ms"], 1e-9), 2),
                                      "max_abs_diff": float((got - want).abs().max()),

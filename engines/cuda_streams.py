@@ -58,6 +58,37 @@ def tts_priority() -> int:
                          "talking head's), or leave it unset") from None
 
 
+class ReplayOrder:
+    """One owner's CUDA-graph calls one at a time, also on the device (FastCFM, HiftGraphs, FastEncoder: graphs that
+    share a memory pool and static inputs). The lock orders the calls' queueing only: callers on different streams
+    (the live stages' threads each have one) would have their copy-in, replay and copy-out run side by side on the
+    device over the same buffers, so each call's stream first waits for the event recorded after the previous
+    call's copy-out. Off CUDA only the lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._done: Any = None  # the event after the previous call's copy-out
+
+    @contextlib.contextmanager
+    def turn(self, device: Any):
+        """Hold the lock; on a CUDA `device` the current stream waits for the previous call, and an event marks the
+        end of this one's work (queued within the block) when the block ends without an error."""
+        with self.lock:
+            stream = None
+            if getattr(device, "type", None) == "cuda":
+                import torch
+
+                stream = torch.cuda.current_stream(device)
+                if self._done is not None:
+                    stream.wait_event(self._done)  # the previous call's copy-out, whatever stream it was queued on
+            yield
+            if stream is not None:
+                import torch
+
+                self._done = torch.cuda.Event()
+                self._done.record(stream)
+
+
 def tts_lane_role(lane: int) -> str:
     """The stream role of TTS lane `lane`: lane 0 is the TTS stage's own stream (TTS_ROLE), each other lane one more,
     so that lanes' device work runs side by side instead of in one stream's order."""

@@ -188,6 +188,18 @@ def fast_path_from_env() -> FastPath:
     return FastPath(**{FLOW_KERNEL_CHOICES[w]: True for w in words})
 
 
+def _prepared(kind: str, prepare: Any, fallback: str) -> dict[str, Any]:
+    """prepare_live's report of one kind of graphs: `{kind}_graphs` (how many) and `{kind}_capture_s`, or, when the
+    capture failed, 0 and `{kind}_graphs_error`, logged with what runs instead (`fallback`)."""
+    start = time.perf_counter()
+    try:
+        count = prepare()
+    except Exception as exc:  # noqa: BLE001 - any capture failure: the eager path still works
+        log.warning("CosyVoice 2: %s CUDA graphs could not be captured (%s); %s", kind, exc, fallback)
+        return {f"{kind}_graphs": 0, f"{kind}_graphs_error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {f"{kind}_graphs": count, f"{kind}_capture_s": round(time.perf_counter() - start, 2)}
+
+
 def _resample(wave: np.ndarray, sr: int, target: int) -> np.ndarray:
     from ...audio.prepare import _resample as resample
 
@@ -416,33 +428,24 @@ class CosyVoice2Runtime:
         return out
 
     def _prepare_encoder_graphs(self, encoder: Any, max_tokens: int) -> dict[str, Any]:
-        """The token encoder's graphs for every padded length up to `max_tokens`; a failed capture is logged and
-        reported, and the encoder runs eagerly from then on."""
-        start = time.perf_counter()
-        try:
-            return {"encoder_graphs": encoder.prepare(max_tokens),
-                    "encoder_capture_s": round(time.perf_counter() - start, 2)}
-        except Exception as exc:  # noqa: BLE001 - any capture failure: the eager encoder still works
-            log.warning("CosyVoice 2: the flow encoder's CUDA graphs could not be captured (%s); it runs eagerly", exc)
+        """The token encoder's graphs for every padded length up to `max_tokens`; after a failed capture the encoder
+        runs eagerly from then on."""
+        out = _prepared("encoder", lambda: encoder.prepare(max_tokens), "the flow encoder runs eagerly")
+        if "encoder_graphs_error" in out:
             self._encoder = False
-            return {"encoder_graphs": 0, "encoder_graphs_error": f"{type(exc).__name__}: {exc}"[:300]}
+        return out
 
     def _prepare_hift_graphs(self) -> dict[str, Any]:
-        """HiFT's graphs for every live piece length (FastPath.hift_graph); a failed capture is logged and reported,
-        and the pieces are vocoded eagerly as before (the capture worked on the H200, 2026-12-04)."""
+        """HiFT's graphs for every live piece length (FastPath.hift_graph); after a failed capture the pieces are
+        vocoded eagerly as before (the capture worked on the H200, 2026-12-04)."""
         from .hift_graph import HiftGraphs
 
         graphs = self._hift_graphs or HiftGraphs(self.hift)
-        start = time.perf_counter()
-        try:
-            count = graphs.prepare(live_piece_frames(lookahead=self.models.flow.cfg.pre_lookahead_len))
-        except Exception as exc:  # noqa: BLE001 - any capture failure: the eager vocoder still works
-            log.warning("CosyVoice 2: HiFT's CUDA graphs could not be captured (%s); live pieces are vocoded eagerly "
-                        "(%s=0 skips the attempt)", exc, HIFT_GRAPHS_ENV)
-            self._hift_graphs = None
-            return {"hift_graphs": 0, "hift_graphs_error": f"{type(exc).__name__}: {exc}"[:300]}
-        self._hift_graphs = graphs
-        return {"hift_graphs": count, "hift_capture_s": round(time.perf_counter() - start, 2)}
+        lengths = live_piece_frames(lookahead=self.models.flow.cfg.pre_lookahead_len)
+        out = _prepared("hift", lambda: graphs.prepare(lengths),
+                        f"live pieces are vocoded eagerly ({HIFT_GRAPHS_ENV}=0 skips the attempt)")
+        self._hift_graphs = None if "hift_graphs_error" in out else graphs
+        return out
 
     def _inputs(self, text_ids: list[int], state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         dev = self.device

@@ -427,15 +427,12 @@ class FastCFM:
         self.prepared = 0   # frames prepare() covered (0 = none)
         # Every graph allocates from one shared pool: a graph's intermediates are dead once its output is cloned,
         # so the next graph may reuse them (a pool each would hold the sum of a live chunk's 18 buckets).
-        # Sharing is safe only if replays never overlap: _replay_lock, and on the device _done (below).
+        # Sharing is safe only if replays never overlap, on the host and on the device: _order.
         self._pool: Any = None
         self._stream: Any = None  # this solver's capture stream (_graph)
-        self._replay_lock = threading.Lock()
-        # The lock orders the calls' queueing only. Callers on different CUDA streams (the live server's stage
-        # threads each have one: engines/cuda_streams.py) would have their copy-in, replay and clone run side by side
-        # on the device, over the same static inputs and pool; so each call's stream first waits for the event
-        # recorded after the previous call's clone.
-        self._done: Any = None
+        from ..cuda_streams import ReplayOrder
+
+        self._order = ReplayOrder()
 
     def _graph(self, padded: int, steps: int, inputs: dict[str, torch.Tensor]):
         rows = int(inputs["mu"].shape[0])
@@ -561,19 +558,13 @@ class FastCFM:
         if not self.use_graph:
             return self._solve(self._noise(rows, padded, mu), mu, mask, spks, cond, steps)
         inputs = {"mu": mu, "mask": mask, "spks": spks, "cond": cond}  # the graph holds its own start noise
-        with self._replay_lock:  # one replay at a time: the graphs share their memory pool
+        with self._order.turn(mu.device):  # one replay at a time: the graphs share their memory pool
             replay, static, out = self._graph(padded, steps, inputs)
-            stream = torch.cuda.current_stream(out.device) if out.is_cuda else None
-            if stream is not None and self._done is not None:
-                stream.wait_event(self._done)  # the previous call's clone, whatever stream it was queued on
             for name, value in inputs.items():
                 static[name].copy_(value)
             replay()
             result = out.clone()
-            if stream is not None:
-                self._done = torch.cuda.Event()
-                self._done.record(stream)
-            return result
+        return result
 
 
 log = logging.getLogger("digital_human.cosyvoice")

@@ -9,13 +9,12 @@ replayed already; this was the piece's remaining eager stage.
 Lengths are padded up to a multiple of `bucket` tokens and the padding is masked (TokenEncoder.forward's `valid`):
 the real frames come out as from the unpadded tokens, up to the order of float sums. Graphs are captured per padded
 length (prepare() at warm-up, else on first use, announced) on a capture stream of the encoder's own and kept for its
-life, sharing one memory pool; calls are serialised by a lock (the graphs share their input buffers and pool).
+life, sharing one memory pool; calls are serialised (cuda_streams.ReplayOrder: the graphs share their buffers).
 Off CUDA (or with cuda_graph=False) the same padded call runs eagerly.
 """
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -38,8 +37,9 @@ class FastEncoder:
         self.captures = 0
         self._pool: Any = None
         self._stream: Any = None
-        self._lock = threading.Lock()
-        self._done: Any = None  # the event after the previous call's copy-out (callers on other streams wait for it)
+        from ..cuda_streams import ReplayOrder
+
+        self._order = ReplayOrder()  # one call at a time, on the host and the device: the graphs share their buffers
 
     def padded(self, tokens: int) -> int:
         return -(-int(tokens) // self.bucket) * self.bucket
@@ -82,7 +82,7 @@ class FastEncoder:
             return 0
         device = next(self.flow.parameters()).device
         top = self.padded(max_tokens)
-        with self._lock:
+        with self._order.lock:
             for padded in range(top, 0, -self.bucket):
                 self._graph(padded, self._inputs(torch.zeros(1, padded, dtype=torch.long, device=device), padded))
         self.prepared = max(self.prepared, top)
@@ -95,16 +95,10 @@ class FastEncoder:
         inputs = self._inputs(tokens.long(), padded)
         if not self.use_graph:
             return self.flow.encode(inputs["tokens"], inputs["valid"])[:, :, :self.ratio * count]
-        with self._lock:
+        with self._order.turn(tokens.device):
             replay, static, out = self._graph(padded, inputs)
-            stream = torch.cuda.current_stream(out.device) if out.is_cuda else None
-            if stream is not None and self._done is not None:
-                stream.wait_event(self._done)  # the previous call's copy-out, whatever stream it was queued on
             for name, value in inputs.items():
                 static[name].copy_(value)
             replay()
             result = out[:, :, :self.ratio * count].clone()
-            if stream is not None:
-                self._done = torch.cuda.Event()
-                self._done.record(stream)
-            return result
+        return result

@@ -22,7 +22,6 @@ length up to 114 frames); another length runs eagerly. What a graph cannot hold 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -109,8 +108,9 @@ class HiftGraphs:
         self.eager = 0     # pieces run eagerly (a length not prepared)
         self._pool: Any = None
         self._stream: Any = None
-        self._lock = threading.Lock()  # one replay at a time: the graphs share their memory pool and inputs
-        self._done: Any = None         # the event after the last replay's copy-out (FastCFM says why)
+        from ..cuda_streams import ReplayOrder
+
+        self._order = ReplayOrder()  # one replay at a time: the graphs share their memory pool and inputs
 
     def _run(self, mel: torch.Tensor, start: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """HiFT.inference's work with given source draws and the graph-safe iSTFT: wave [B, frames * 480]."""
@@ -168,17 +168,11 @@ class HiftGraphs:
             self.eager += 1
             return self._run(mel, draws.start.to(self.device), draws.noise.to(self.device))
         replay, static, out = graph
-        with self._lock:
-            stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-            if stream is not None and self._done is not None:
-                stream.wait_event(self._done)
+        with self._order.turn(self.device):
             static["mel"].copy_(mel)
             static["start"].copy_(draws.start, non_blocking=draws.start.is_pinned())
             static["noise"].copy_(draws.noise, non_blocking=draws.noise.is_pinned())
             replay()
             result = out.clone()
-            if stream is not None:
-                self._done = torch.cuda.Event()
-                self._done.record(stream)
             self.replays += 1
-            return result
+        return result
