@@ -606,7 +606,8 @@ def server_main(args: argparse.Namespace) -> None:
             lm_before = voice.lm_batching      # and the LM steps
             out = work / f"clients_{sessions}.json"
             cmd = [sys.executable, *(["-S"] if sys.flags.no_site else []), str(Path(__file__).resolve()), "--client", server.url, "--sessions", str(sessions),
-                   "--utterances", str(utterances), "--ws-audio", audio, "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
+                   "--utterances", str(utterances), "--ws-audio", audio, "--listen", str(args.listen),
+                   "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
                                                                                         args.budget_s else 0)]
             t1 = time.perf_counter()
             sampler = StackSampler(interval_s=0.01, depth=4, group=live_thread_row) if args.sample_stacks else None
@@ -637,7 +638,7 @@ def server_main(args: argparse.Namespace) -> None:
                                    "gpu": gpu.report() if gpu is not None else {"error": "not a CUDA run"}}
             if sampler is not None:  # which of the server's threads spent the phase where (and their CPU seconds)
                 phase["server_threads"] = sampler.report(top=5)
-            phase.update(sessions=sessions, audio=audio, wall_s=round(time.perf_counter() - t1, 1),
+            phase.update(sessions=sessions, audio=audio, listen=args.listen, wall_s=round(time.perf_counter() - t1, 1),
                          server_metrics=http(server.url, "GET", "/metrics")[1], batcher=_batcher_delta(pipe_stats))
             flow_after = voice.flow_batching
             if flow_before and flow_after:
@@ -778,6 +779,10 @@ def client_main(args: argparse.Namespace) -> None:
             with lock:
                 rows.append(row)
             print(json.dumps(row), flush=True)
+            if args.listen and u.get("audio_seconds"):  # the person's turn: they answer for as long, times --listen
+                turn = args.listen * float(u["audio_seconds"])
+                time.sleep(min(turn, max(0.0, start + args.deadline_s - time.perf_counter())) if args.deadline_s
+                           else turn)
         info1, w1 = http(args.client, "GET", f"/sessions/{sid}")[1], time.perf_counter()
         with client.lock:
             v1 = len(client.decoded.video)
@@ -846,6 +851,9 @@ def main() -> None:
                         "DIGITAL_HUMAN_COSYVOICE_FLOW_KERNELS's list (fused, compiled, encoder_graph; all)")
     parser.add_argument("--sample-stacks", action="store_true", help="sample the server's threads during each "
                         "phase (where each stage's threads spend the time, their CPU seconds)")
+    parser.add_argument("--listen", type=float, default=0.0, help="turn-taking load: after each utterance a session "
+                        "waits this many times its speech's length before the next (a person answering); 0 = "
+                        "back-to-back speech, every session talking all the time (the default, the heaviest load)")
     parser.add_argument("--budget-s", type=float, default=0.0, help="start no phase, and no utterance, past this "
                         "many seconds of measuring (0 = no limit); the report says what was measured")
     parser.add_argument("--commit", default=os.environ.get("DH_COMMIT", ""))
