@@ -701,7 +701,8 @@ def main() -> None:
                      "frame_size": list(track.frames.shape[1:3]),
                      "graphs": os.environ.get("DIGITAL_HUMAN_LATENTSYNC_GRAPHS", "") == "1",
                      "fused_qkv": os.environ.get("DIGITAL_HUMAN_LATENTSYNC_FUSED_QKV", "") == "1",
-                     "max_autotune_gemm": os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM", "") == "1"}
+                     "max_autotune_gemm": os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM", "") == "1",
+                     "autotune_gemm": os.environ.get("DIGITAL_HUMAN_LATENTSYNC_AUTOTUNE_GEMM", "") == "1"}
         rep["whole"] = out
         # --- the pack: a warm-up on a short clip (the first call's one-off costs: the transformers import of the
         # mel filters, whisper's first kernels), then --whole-repeats timed runs; the median is the figure

@@ -322,6 +322,36 @@ def test_fused_projections_keep_the_output_and_the_state_dict():
     assert torch.allclose(three, one, atol=1e-5)
 
 
+def test_autotune_gemm_variable_reaches_the_fast_paths_compile(monkeypatch):
+    """DIGITAL_HUMAN_LATENTSYNC_AUTOTUNE_GEMM=1 compiles the fast path's functions with inductor's max_autotune_gemm
+    option (those compiles only, not the process-wide inductor config); unset, torch.compile gets no options."""
+    pytest.importorskip("diffusers", reason="LatentSync is an optional extra: pip install .[latentsync]")
+    import torch
+    import torch._inductor.config as inductor_config
+
+    from digital_human.engines.latentsync import pipeline
+    from digital_human.engines.latentsync.random_release import DATA, UNET_MODEL_REDUCED
+    from digital_human.engines.latentsync.unet import LatentSyncUNet
+
+    seen = []
+    monkeypatch.setattr(pipeline.torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
+    monkeypatch.setattr(pipeline.torch.backends.cudnn, "benchmark", False)  # FastPath turns it on
+    net = pipeline.Networks(files=None, config={"model": UNET_MODEL_REDUCED, "data": dict(DATA, resolution=64)},
+                            unet=LatentSyncUNet(UNET_MODEL_REDUCED).eval(), vae=torch.nn.Identity(), whisper=None,
+                            mask_image=torch.ones(3, 64, 64), device=torch.device("cpu"), dtype=torch.float32)
+    monkeypatch.delenv(pipeline.AUTOTUNE_GEMM_ENV, raising=False)
+    plain = pipeline.FastPath(net, 1, autotune_gemm=pipeline.autotune_gemm_wanted())
+    monkeypatch.setenv(pipeline.AUTOTUNE_GEMM_ENV, "1")
+    tuned = pipeline.FastPath(net, 1, autotune_gemm=pipeline.autotune_gemm_wanted())
+    assert not plain.autotune_gemm and tuned.autotune_gemm
+    assert len(seen) == 8 and all(kw["options"] is None for kw in seen[:4])
+    assert all(kw["options"] == {"max_autotune_gemm": True} and kw["dynamic"] is False for kw in seen[4:])
+    assert inductor_config.max_autotune_gemm is False or os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM") == "1"
+    monkeypatch.setenv(pipeline.AUTOTUNE_GEMM_ENV, "yes")
+    with pytest.raises(ValueError, match=pipeline.AUTOTUNE_GEMM_ENV):
+        pipeline.autotune_gemm_wanted()
+
+
 def test_fused_qkv_variable(monkeypatch):
     from digital_human.engines.latentsync.pipeline import FUSED_QKV_ENV, fused_qkv_wanted
 

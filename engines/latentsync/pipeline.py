@@ -173,13 +173,14 @@ class FastPath:
     on first use (a minute or more once per process on an H200), kept on Networks.compiled."""
 
     def __init__(self, net: Networks, uncond_rows: int, sdpa_first: str | None = None, graphs: bool = False,
-                 short_attention: bool = False, fused_qkv: bool = False):
+                 short_attention: bool = False, fused_qkv: bool = False, autotune_gemm: bool = False):
         """sdpa_first: an SDPA backend ("cudnn", "flash", "efficient", "math") tried first by the compiled
         functions (baked in when they compile; None = torch's own order). graphs: replay the compiled UNet
         steps from CUDA graphs (captured at their second call). short_attention: the motion modules' temporal
         attention through the short-sequence Triton kernel (LatentSyncUNet.set_short_attention; the switch is the
         UNet's, so its eager calls use it too). fused_qkv: every self-attention's q/k/v as one projection
-        (LatentSyncUNet.fuse_projections; also the UNet's, for its eager calls too)."""
+        (LatentSyncUNet.fuse_projections; also the UNet's, for its eager calls too). autotune_gemm: these functions
+        compile with inductor's autotuned GEMMs (max_autotune_gemm for them alone, AUTOTUNE_GEMM_ENV)."""
         unet, vae = net.unet, net.vae
         self.short_attention = bool(short_attention)
         if short_attention:
@@ -217,7 +218,10 @@ class FastPath:
             return vae.decode(z).sample
 
         self.eager = {"step": step, "step_reuse": step_reuse, "moments": moments, "decode": decode}
-        self.compiled = {k: torch.compile(fn, dynamic=False) for k, fn in self.eager.items()}
+        self.autotune_gemm = bool(autotune_gemm)
+        # inductor's option for these compiles only (TORCHINDUCTOR_MAX_AUTOTUNE_GEMM would set it process-wide)
+        options = {"max_autotune_gemm": True} if autotune_gemm else None
+        self.compiled = {k: torch.compile(fn, dynamic=False, options=options) for k, fn in self.eager.items()}
 
     def __call__(self, name: str, *args: Any) -> Any:
         if self.failed is None:
@@ -279,14 +283,29 @@ SHORT_ATTENTION_ENV = "DIGITAL_HUMAN_LATENTSYNC_SHORT_ATTENTION"
 # "1": the fast path's self-attentions with q/k/v as one projection (LatentSyncUNet.fuse_projections). Off by default
 # until an H200 measures it against the default (benchmarks/latentsync_gpu.py's whole section, run with it set).
 FUSED_QKV_ENV = "DIGITAL_HUMAN_LATENTSYNC_FUSED_QKV"
+# "1": the fast path's functions compile with inductor's autotuned GEMMs (each GEMM shape's Triton templates timed
+# against cuBLAS while compiling: a longer first window). Only these functions: the process-wide
+# TORCHINDUCTOR_MAX_AUTOTUNE_GEMM would switch it for every model a ComfyUI server compiles. Off by default until an
+# H200 measures it against the default (latentsync_gpu.py's whole section records it).
+AUTOTUNE_GEMM_ENV = "DIGITAL_HUMAN_LATENTSYNC_AUTOTUNE_GEMM"
+
+
+def _off_on(name: str, on: str, off: str) -> bool:
+    """Environment switch `name`: "1" on, "0" or unset off; another value is refused naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{name}={raw!r}: give 1 ({on}) or 0 ({off}); unset is 0")
+    return raw == "1"
 
 
 def fused_qkv_wanted() -> bool:
-    """FUSED_QKV_ENV: "1" on, "0" or unset off; another value is refused naming the variable."""
-    raw = os.environ.get(FUSED_QKV_ENV, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{FUSED_QKV_ENV}={raw!r}: give 1 (q/k/v as one projection) or 0 (three); unset is 0")
-    return raw == "1"
+    """FUSED_QKV_ENV (_off_on)."""
+    return _off_on(FUSED_QKV_ENV, "q/k/v as one projection", "three")
+
+
+def autotune_gemm_wanted() -> bool:
+    """AUTOTUNE_GEMM_ENV (_off_on)."""
+    return _off_on(AUTOTUNE_GEMM_ENV, "autotuned GEMMs in the fast path's compile", "inductor's default GEMMs")
 
 
 def short_attention_wanted(device: torch.device | str) -> bool:
@@ -339,7 +358,8 @@ def fast_path(net: Networks, cfg: bool) -> FastPath:
             short = short_attention_wanted(net.device)
             hit = net.compiled[key] = FastPath(net, 1 if cfg else 0,
                                                graphs=os.environ.get(GRAPHS_ENV, "").strip() == "1",
-                                               short_attention=short, fused_qkv=fused_qkv_wanted())
+                                               short_attention=short, fused_qkv=fused_qkv_wanted(),
+                                               autotune_gemm=autotune_gemm_wanted())
             log.info("LatentSync fast path: the motion modules' temporal attention through %s (%s)",
                      "the short-sequence Triton kernel" if short else "SDPA",
                      f"{SHORT_ATTENTION_ENV}=0 for SDPA" if short else f"{SHORT_ATTENTION_ENV}=1 needs Triton on CUDA")
