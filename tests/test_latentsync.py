@@ -352,6 +352,27 @@ def test_autotune_gemm_variable_reaches_the_fast_paths_compile(monkeypatch):
         pipeline.autotune_gemm_wanted()
 
 
+def test_a_mistyped_speed_switch_is_the_models_problem(monkeypatch, tmp_path):
+    """A bad value of any LatentSync fast-path variable is refused by the model's check (the CLI before the models
+    load, ComfyUI at queue time), with the files' problem when both are wrong; good values add nothing."""
+    from digital_human.engines.latentsync.pipeline import (AUTOTUNE_GEMM_ENV, FUSED_QKV_ENV, SHORT_ATTENTION_ENV,
+                                                           switches_problem)
+    from digital_human.talking_head.registry import model_problem
+
+    for name in (FUSED_QKV_ENV, AUTOTUNE_GEMM_ENV, SHORT_ATTENTION_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert switches_problem() is None
+    monkeypatch.setenv("DIGITAL_HUMAN_MODELS", str(tmp_path))  # no release there
+    missing = model_problem("latentsync")
+    assert missing and FUSED_QKV_ENV not in missing
+    for name in (FUSED_QKV_ENV, AUTOTUNE_GEMM_ENV, SHORT_ATTENTION_ENV):
+        monkeypatch.setenv(name, "on")
+        problem = model_problem("latentsync")
+        assert name in problem and "give 1" in problem and missing.splitlines()[0] in problem
+        monkeypatch.setenv(name, "1")
+    assert model_problem("latentsync") == missing
+
+
 def test_fused_qkv_variable(monkeypatch):
     from digital_human.engines.latentsync.pipeline import FUSED_QKV_ENV, fused_qkv_wanted
 

@@ -290,12 +290,17 @@ FUSED_QKV_ENV = "DIGITAL_HUMAN_LATENTSYNC_FUSED_QKV"
 AUTOTUNE_GEMM_ENV = "DIGITAL_HUMAN_LATENTSYNC_AUTOTUNE_GEMM"
 
 
-def _off_on(name: str, on: str, off: str) -> bool:
-    """Environment switch `name`: "1" on, "0" or unset off; another value is refused naming the variable."""
+def _switch_value(name: str, on: str, off: str, unset: str = "unset is 0") -> str:
+    """Environment switch `name`: "1", "0" or "" (unset); another value is refused naming the variable."""
     raw = os.environ.get(name, "").strip()
     if raw not in ("", "0", "1"):
-        raise ValueError(f"{name}={raw!r}: give 1 ({on}) or 0 ({off}); unset is 0")
-    return raw == "1"
+        raise ValueError(f"{name}={raw!r}: give 1 ({on}) or 0 ({off}); {unset}")
+    return raw
+
+
+def _off_on(name: str, on: str, off: str) -> bool:
+    """Environment switch `name`: "1" on, "0" or unset off (_switch_value)."""
+    return _switch_value(name, on, off) == "1"
 
 
 def fused_qkv_wanted() -> bool:
@@ -313,11 +318,23 @@ def short_attention_wanted(device: torch.device | str) -> bool:
     whether the kernel can run on `device`). A value other than 1 or 0 is refused naming the variable."""
     from . import short_attention
 
-    raw = os.environ.get(SHORT_ATTENTION_ENV, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{SHORT_ATTENTION_ENV}={raw!r}: give 1 (the short-attention kernel) or 0 (SDPA); unset "
-                         "uses the kernel where Triton and CUDA are there")
+    raw = _switch_value(SHORT_ATTENTION_ENV, *_SHORT_ATTENTION_WORDS)
     return raw == "1" or (raw == "" and short_attention.available(device))
+
+
+_SHORT_ATTENTION_WORDS = ("the short-attention kernel", "SDPA", "unset uses the kernel where Triton and CUDA are there")
+
+
+def switches_problem() -> str | None:
+    """The fast path's environment switches, checked before any model loads (the model's problem: the CLI's check and
+    ComfyUI's queue-time refusal): the first bad one's error, or None."""
+    try:
+        fused_qkv_wanted()
+        autotune_gemm_wanted()
+        _switch_value(SHORT_ATTENTION_ENV, *_SHORT_ATTENTION_WORDS)
+    except ValueError as exc:
+        return str(exc)
+    return None
 GRAPHED = ("step", "step_reuse")   # called every DDIM step; the VAE's functions run once or twice a window
 
 

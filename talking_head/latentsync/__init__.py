@@ -29,12 +29,14 @@ def _generate(faces, wave, rate, fps, *, loop_mode, batch_size, strength, max_au
 
 def _problem(model: str) -> str | None:
     from ...engines.latentsync.files import LatentSyncFilesError, locate
+    from ...engines.latentsync.pipeline import switches_problem
+    from ...optional_parts import join_problems
 
     try:
         locate()
     except LatentSyncFilesError as exc:
-        return str(exc)
-    return None
+        return join_problems(str(exc), switches_problem())
+    return switches_problem()  # a mistyped speed switch is refused before the models load, not at the first window
 
 
 MODEL = TalkingHeadModel(
