@@ -867,6 +867,9 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--ws-audio", default="opus", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.listen < 0:
+        parser.error(f"--listen {args.listen}: give 0 (back-to-back speech) or more (the person's turn, times the "
+                     "utterance's speech)")
     if args.client:
         client_main(args)
     elif args.save_state:

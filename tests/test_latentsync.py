@@ -324,10 +324,9 @@ def test_fused_projections_keep_the_output_and_the_state_dict():
 
 def test_autotune_gemm_variable_reaches_the_fast_paths_compile(monkeypatch):
     """DIGITAL_HUMAN_LATENTSYNC_AUTOTUNE_GEMM=1 compiles the fast path's functions with inductor's max_autotune_gemm
-    option (those compiles only, not the process-wide inductor config); unset, torch.compile gets no options."""
+    option (as a compile option, not through the process-wide inductor config); unset, torch.compile gets none."""
     pytest.importorskip("diffusers", reason="LatentSync is an optional extra: pip install .[latentsync]")
     import torch
-    import torch._inductor.config as inductor_config
 
     from digital_human.engines.latentsync import pipeline
     from digital_human.engines.latentsync.random_release import DATA, UNET_MODEL_REDUCED
@@ -346,7 +345,6 @@ def test_autotune_gemm_variable_reaches_the_fast_paths_compile(monkeypatch):
     assert not plain.autotune_gemm and tuned.autotune_gemm
     assert len(seen) == 8 and all(kw["options"] is None for kw in seen[:4])
     assert all(kw["options"] == {"max_autotune_gemm": True} and kw["dynamic"] is False for kw in seen[4:])
-    assert inductor_config.max_autotune_gemm is False or os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM") == "1"
     monkeypatch.setenv(pipeline.AUTOTUNE_GEMM_ENV, "yes")
     with pytest.raises(ValueError, match=pipeline.AUTOTUNE_GEMM_ENV):
         pipeline.autotune_gemm_wanted()

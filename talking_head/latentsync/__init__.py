@@ -34,9 +34,11 @@ def _problem(model: str) -> str | None:
 
     try:
         locate()
+        files = None
     except LatentSyncFilesError as exc:
-        return join_problems(str(exc), switches_problem())
-    return switches_problem()  # a mistyped speed switch is refused before the models load, not at the first window
+        files = str(exc)
+    # a mistyped speed switch is refused before the models load, not at the first window
+    return join_problems(files, switches_problem())
 
 
 MODEL = TalkingHeadModel(
