@@ -505,7 +505,7 @@ def server_main(args: argparse.Namespace) -> None:
         raise SystemExit(str(exc)) from None
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    phases = [] if args.phases == "none" else [parse_phase(p) for p in args.phases.split(",")]
+    phases = [] if args.phases == "none" else [parse_phase(p, args.listen) for p in args.phases.split(",")]
     report = {"benchmark": "gpu_live", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "commit": args.commit, "size": args.size, "device": args.device,
               "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
@@ -566,7 +566,7 @@ def server_main(args: argparse.Namespace) -> None:
     piece = voice.warm(max_speech_seconds=max(token_limits("x" * 10 ** 4)["max_tokens"] / 25, 20.0))
     report["voice_prepared"] = voice.prepared
     face.warm(piece.wave, voice.rate)
-    max_sessions = max((n for n, _, _ in phases), default=1)
+    max_sessions = max((n for n, *_ in phases), default=1)
     report["warm_step_ms"] = warm_batches(face, 4 * max_sessions)
     report["warm_s"] = round(time.perf_counter() - t0, 1)
     if args.tts_profile:
@@ -594,7 +594,7 @@ def server_main(args: argparse.Namespace) -> None:
     server = RunningServer(LiveServer(manager))
     start = time.perf_counter()
     try:
-        for sessions, utterances, audio in phases:
+        for sessions, utterances, audio, listen in phases:
             left = args.budget_s - (time.perf_counter() - start) if args.budget_s else 0
             if args.budget_s and left < 20:
                 report["phases"].append({"sessions": sessions, "audio": audio,
@@ -606,7 +606,7 @@ def server_main(args: argparse.Namespace) -> None:
             lm_before = voice.lm_batching      # and the LM steps
             out = work / f"clients_{sessions}.json"
             cmd = [sys.executable, *(["-S"] if sys.flags.no_site else []), str(Path(__file__).resolve()), "--client", server.url, "--sessions", str(sessions),
-                   "--utterances", str(utterances), "--ws-audio", audio, "--listen", str(args.listen),
+                   "--utterances", str(utterances), "--ws-audio", audio, "--listen", str(listen),
                    "--out", str(out), "--deadline-s", str(max(10.0, left - 15) if
                                                                                         args.budget_s else 0)]
             t1 = time.perf_counter()
@@ -638,7 +638,7 @@ def server_main(args: argparse.Namespace) -> None:
                                    "gpu": gpu.report() if gpu is not None else {"error": "not a CUDA run"}}
             if sampler is not None:  # which of the server's threads spent the phase where (and their CPU seconds)
                 phase["server_threads"] = sampler.report(top=5)
-            phase.update(sessions=sessions, audio=audio, listen=args.listen, wall_s=round(time.perf_counter() - t1, 1),
+            phase.update(sessions=sessions, audio=audio, listen=listen, wall_s=round(time.perf_counter() - t1, 1),
                          server_metrics=http(server.url, "GET", "/metrics")[1], batcher=_batcher_delta(pipe_stats))
             flow_after = voice.flow_batching
             if flow_before and flow_after:
@@ -682,13 +682,26 @@ def partial_phase(stdout: str, stderr: str) -> dict:
             "client_stderr_tail": stderr[-1000:]}
 
 
-def parse_phase(spec: str) -> tuple[int, int, str]:
-    """SESSIONS:UTTERANCES[:AUDIO] -> (sessions, utterances, the websocket's audio codec)."""
+def parse_phase(spec: str, listen: float = 0.0) -> tuple[int, int, str, float]:
+    """SESSIONS:UTTERANCES[:AUDIO][:listenF] -> (sessions, utterances, the websocket's audio codec, the phase's
+    turn-taking factor: F, else `listen` (--listen)). Why per phase: one warm server measures the back-to-back load
+    and a turn-taking one (e.g. 8:104,8:104:listen1) without paying the voice's warm-up twice."""
     parts = spec.split(":")
-    audio = parts[2] if len(parts) > 2 else "opus"
-    if len(parts) not in (2, 3) or audio not in ("opus", "aac"):
-        raise SystemExit(f"--phases: {spec!r} is not SESSIONS:UTTERANCES[:opus|aac]")
-    return int(parts[0]), int(parts[1]), audio
+    audio = "opus"
+    try:
+        sessions, utterances = int(parts[0]), int(parts[1])
+        for extra in parts[2:]:
+            if extra in ("opus", "aac"):
+                audio = extra
+            elif extra.startswith("listen"):
+                listen = float(extra[len("listen"):])
+                if listen < 0:
+                    raise ValueError(extra)
+            else:
+                raise ValueError(extra)
+    except (ValueError, IndexError):
+        raise SystemExit(f"--phases: {spec!r} is not SESSIONS:UTTERANCES[:opus|aac][:listenF] (F >= 0)") from None
+    return sessions, utterances, audio, float(listen)
 
 
 def _batcher_stats() -> tuple[int, int]:
@@ -819,8 +832,9 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--size", choices=("full", "reduced"), default="full")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--phases", default="1:16,8:104", help="SESSIONS:UTTERANCES[:opus|aac],... run one after "
-                        "another (the websocket stream's audio codec; default opus); none: no sessions (profiles only)")
+    parser.add_argument("--phases", default="1:16,8:104", help="SESSIONS:UTTERANCES[:opus|aac][:listenF],... run "
+                        "one after another (the websocket stream's audio codec, default opus; the phase's --listen); "
+                        "none: no sessions (profiles only)")
     parser.add_argument("--tts-lanes", type=int, default=1, help="CosyVoice 2 lanes (serve --tts-lanes): "
                         "utterances voiced at the same time (on CUDA only with DIGITAL_HUMAN_TTS_LANES_CUDA=1)")
     parser.add_argument("--tts-batch", type=int, default=1, help="CosyVoice 2 (serve --tts-batch): up to this many "

@@ -80,3 +80,16 @@ def test_the_stack_sampler_counts_every_session_of_a_stage_in_one_row():
     assert not any(name.startswith("live-s") for name in report["threads"])
     assert report["threads"]["live-_clock"]["samples"] > 10
     assert report["threads"]["live-_clock"]["cpu_s"] > 0
+
+
+def test_a_phase_names_its_own_turn_taking_load():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_live import parse_phase
+
+    assert parse_phase("8:104") == (8, 104, "opus", 0.0)
+    assert parse_phase("8:104", listen=0.5) == (8, 104, "opus", 0.5)
+    assert parse_phase("8:104:aac:listen1") == (8, 104, "aac", 1.0)
+    assert parse_phase("8:104:listen1.5", listen=0.5) == (8, 104, "opus", 1.5)
+    for bad in ("8", "8:x", "8:104:mp3", "8:104:listen-1", "8:104:listenx"):
+        with pytest.raises(SystemExit, match="SESSIONS:UTTERANCES"):
+            parse_phase(bad)
