@@ -285,8 +285,9 @@ SHORT_ATTENTION_ENV = "DIGITAL_HUMAN_LATENTSYNC_SHORT_ATTENTION"
 FUSED_QKV_ENV = "DIGITAL_HUMAN_LATENTSYNC_FUSED_QKV"
 # "1": the fast path's functions compile with inductor's autotuned GEMMs (each GEMM shape's Triton templates timed
 # against cuBLAS while compiling: a longer first window). Only these functions: the process-wide
-# TORCHINDUCTOR_MAX_AUTOTUNE_GEMM would switch it for every model a ComfyUI server compiles. Off by default until an
-# H200 measures it against the default (latentsync_gpu.py's whole section records it).
+# TORCHINDUCTOR_MAX_AUTOTUNE_GEMM would switch it for every model a ComfyUI server compiles. Off: on an H100 the
+# first window's compile was still timing GEMM shapes after 570 s, and cuBLAS won the shapes it finished
+# (benchmarks/RESULTS.md, 2026-12-06).
 AUTOTUNE_GEMM_ENV = "DIGITAL_HUMAN_LATENTSYNC_AUTOTUNE_GEMM"
 
 
