@@ -299,19 +299,18 @@ def _switch_value(name: str, on: str, off: str, unset: str = "unset is 0") -> st
     return raw
 
 
-def _off_on(name: str, on: str, off: str) -> bool:
-    """Environment switch `name`: "1" on, "0" or unset off (_switch_value)."""
-    return _switch_value(name, on, off) == "1"
-
-
 def fused_qkv_wanted() -> bool:
-    """FUSED_QKV_ENV (_off_on)."""
-    return _off_on(FUSED_QKV_ENV, "q/k/v as one projection", "three")
+    """FUSED_QKV_ENV: "1" on, "0" or unset off (_switch_value)."""
+    return _switch_value(FUSED_QKV_ENV, "q/k/v as one projection", "three") == "1"
 
 
 def autotune_gemm_wanted() -> bool:
-    """AUTOTUNE_GEMM_ENV (_off_on)."""
-    return _off_on(AUTOTUNE_GEMM_ENV, "autotuned GEMMs in the fast path's compile", "inductor's default GEMMs")
+    """AUTOTUNE_GEMM_ENV: "1" on, "0" or unset off (_switch_value)."""
+    return _switch_value(AUTOTUNE_GEMM_ENV, "autotuned GEMMs in the fast path's compile",
+                         "inductor's default GEMMs") == "1"
+
+
+_SHORT_ATTENTION_WORDS = ("the short-attention kernel", "SDPA", "unset uses the kernel where Triton and CUDA are there")
 
 
 def short_attention_wanted(device: torch.device | str) -> bool:
@@ -321,9 +320,6 @@ def short_attention_wanted(device: torch.device | str) -> bool:
 
     raw = _switch_value(SHORT_ATTENTION_ENV, *_SHORT_ATTENTION_WORDS)
     return raw == "1" or (raw == "" and short_attention.available(device))
-
-
-_SHORT_ATTENTION_WORDS = ("the short-attention kernel", "SDPA", "unset uses the kernel where Triton and CUDA are there")
 
 
 def switches_problem() -> str | None:
@@ -336,6 +332,8 @@ def switches_problem() -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
 GRAPHED = ("step", "step_reuse")   # called every DDIM step; the VAE's functions run once or twice a window
 
 
